@@ -1,0 +1,35 @@
+# Newcomer commands: `make demo` runs the main job, `make test` runs the whole suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv deps system-deps demo test lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+
+deps: venv
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q ./tests/example_plugin
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+demo: deps
+	$(BIN)/agentrl plugins
+
+test: system-deps deps
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install the system tools the test suite uses, when they are missing.
+set -euo pipefail
+need=()
+for tool in bwrap:bubblewrap socat:socat git:git patch:patch; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if ((${#need[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "missing system packages: ${need[*]} (install them with your package manager)" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,65 @@
+"""The ``agentrl`` command. Subcommands live beside the layer they drive; plugins add more."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from agentrl import __version__
+from agentrl.plugins import KINDS, PluginError, get_registry
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agentrl")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Reinforcement learning of real coding agents."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def plugins(as_json: bool) -> None:
+    """List every plugin, its distribution, version and what it registered."""
+    infos = get_registry().plugins()
+    if as_json:
+        click.echo(json.dumps([info.to_dict() for info in infos], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="agentrl plugins")
+    table.add_column("plugin")
+    table.add_column("distribution")
+    table.add_column("version")
+    table.add_column("registered")
+    for info in infos:
+        registered = "\n".join(
+            f"{kind.replace('_', ' ')}: {', '.join(info.registered[kind])}"
+            for kind in KINDS
+            if info.registered.get(kind)
+        )
+        table.add_row(info.name, info.distribution or "-", info.version or "-", registered or "-")
+    Console().print(table)
+
+
+def _load_plugin_commands() -> None:
+    get_registry().hook.register_commands(cli=cli)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: load plugin commands, then dispatch."""
+    try:
+        _load_plugin_commands()
+    except PluginError as exc:
+        click.echo(f"agentrl: plugin error: {exc}", err=True)
+        sys.exit(2)
+    cli.main(args=argv, prog_name="agentrl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""Token-level inference engines (built-in plugin `agentrl.engines`)."""
+
+from __future__ import annotations
+
+from agentrl.hookspecs import hookimpl
+
+
+@hookimpl(trylast=True)
+def register_engines(register):
+    """Register the built-in classes; heavy dependencies load only when one is used."""

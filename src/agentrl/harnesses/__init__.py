@@ -1,0 +1,10 @@
+"""Agent harnesses, one per agent CLI (built-in plugin `agentrl.harnesses`)."""
+
+from __future__ import annotations
+
+from agentrl.hookspecs import hookimpl
+
+
+@hookimpl(trylast=True)
+def register_harnesses(register):
+    """Register the built-in classes; heavy dependencies load only when one is used."""

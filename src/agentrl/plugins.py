@@ -1,0 +1,329 @@
+"""The plugin manager: built-ins and third-party plugins, registered the same way.
+
+Core code never calls ``pm.hook.*`` directly; it asks this module for typed things
+(``get_sandbox("local")``) and gets either the class or an error that lists the choices.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import pluggy
+
+from agentrl import hookspecs
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "agentrl"
+
+#: In-package plugin modules; each is registered exactly as an entry point would be.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "agentrl.engines",
+    "agentrl.parsers",
+    "agentrl.adapters",
+    "agentrl.sandboxes",
+    "agentrl.harnesses",
+    "agentrl.graders",
+)
+
+#: kind -> the hook that fills it.
+KIND_HOOKS: dict[str, str] = {
+    "engine": "register_engines",
+    "adapter": "register_adapters",
+    "sandbox": "register_sandboxes",
+    "harness": "register_harnesses",
+    "grader": "register_graders",
+    "tool_parser": "register_parsers",
+    "reasoning_parser": "register_parsers",
+}
+KINDS: tuple[str, ...] = tuple(KIND_HOOKS)
+
+#: Names that an optional extra provides, so "not available" can say what to install.
+KNOWN_EXTRAS: dict[tuple[str, str], str] = {
+    ("sandbox", "e2b"): "e2b",
+    ("grader", "swebench"): "swebench",
+    ("engine", "transformers"): "hf",
+}
+
+_PARSER_TYPES = {"tool_call": "tool_parser", "reasoning": "reasoning_parser"}
+
+
+class PluginError(Exception):
+    """A plugin is missing, duplicated or broken."""
+
+
+class NotAvailableError(PluginError, LookupError):
+    """The requested plugin name is not registered."""
+
+
+@attrs.frozen(kw_only=True)
+class PluginInfo:
+    """One registered plugin and what it contributed."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    registered: dict[str, tuple[str, ...]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "builtin": self.builtin,
+            "registered": {kind: list(names) for kind, names in self.registered.items()},
+        }
+
+
+def _kind_of(hook_name: str, cls: type) -> str:
+    if hook_name != "register_parsers":
+        return next(kind for kind, hook in KIND_HOOKS.items() if hook == hook_name)
+    parser_type = getattr(cls, "parser_type", None)
+    try:
+        return _PARSER_TYPES[parser_type]
+    except KeyError:
+        raise PluginError(
+            f"parser class {cls.__qualname__} has parser_type={parser_type!r}; "
+            f"expected one of {sorted(_PARSER_TYPES)}"
+        ) from None
+
+
+def _agentrl_version() -> str | None:
+    try:
+        return importlib.metadata.version("agentrl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def disabled_plugins(env: dict[str, str] | None = None) -> set[str]:
+    """Plugin names blocked by ``AGENTRL_DISABLE_PLUGINS`` (comma separated)."""
+    raw = (os.environ if env is None else env).get("AGENTRL_DISABLE_PLUGINS", "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+class PluginRegistry:
+    """A pluggy manager plus the typed registries it fills."""
+
+    def __init__(
+        self,
+        *,
+        builtins: Iterable[str] = BUILTIN_PLUGINS,
+        load_entrypoints: bool = True,
+        disabled: Iterable[str] | None = None,
+        trace: bool | None = None,
+    ) -> None:
+        self.pm = pluggy.PluginManager("agentrl")
+        self.pm.add_hookspecs(hookspecs)
+        blocked = disabled_plugins() if disabled is None else set(disabled)
+        for name in blocked:
+            self.pm.set_blocked(name)
+        if trace if trace is not None else os.environ.get("AGENTRL_TRACE_PLUGINS") == "1":
+            self._enable_tracing()
+        self._builtin_names: set[str] = set()
+        for module_name in builtins:
+            if self.pm.is_blocked(module_name):
+                continue
+            module = __import__(module_name, fromlist=["_"])
+            self.pm.register(module, name=module_name)
+            self._builtin_names.add(module_name)
+        if load_entrypoints:
+            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        self.pm.check_pending()
+        self._classes: dict[str, dict[str, type]] | None = None
+        self._owners: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    # -- tracing ---------------------------------------------------------
+    def _enable_tracing(self) -> None:
+        def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+            logger.info(
+                "hook %s(%s) -> %s",
+                hook_name,
+                ", ".join(f"{k}={v!r}" for k, v in kwargs.items()),
+                [impl.plugin_name for impl in impls],
+            )
+
+        def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+            exc = outcome.exception
+            if exc is not None:
+                logger.info("hook %s raised %r", hook_name, exc)
+
+        self.pm.add_hookcall_monitoring(before, after)
+
+    # -- registries ------------------------------------------------------
+    def plugin_name(self, plugin: object) -> str:
+        return self.pm.get_name(plugin) or repr(plugin)
+
+    def _collect(self) -> dict[str, dict[str, type]]:
+        with self._lock:
+            if self._classes is not None:
+                return self._classes
+            classes: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
+            owners: dict[tuple[str, str], str] = {}
+            for hook_name in dict.fromkeys(KIND_HOOKS.values()):
+                hook = getattr(self.pm.hook, hook_name)
+                current: list[str] = []
+
+                def register(cls: type, _hook: str = hook_name, _cur: list[str] = current) -> None:
+                    name = getattr(cls, "name", None)
+                    if not isinstance(name, str) or not name:
+                        raise PluginError(
+                            f"plugin {_cur[0]!r} registered {cls!r} through {_hook} "
+                            "without a non-empty string `name` attribute"
+                        )
+                    kind = _kind_of(_hook, cls)
+                    if name in classes[kind]:
+                        raise PluginError(
+                            f"{kind} {name!r} is registered twice: by plugin "
+                            f"{owners[(kind, name)]!r} and by plugin {_cur[0]!r}; "
+                            "disable one with AGENTRL_DISABLE_PLUGINS"
+                        )
+                    classes[kind][name] = cls
+                    owners[(kind, name)] = _cur[0]
+
+                # Call implementations one at a time (in pluggy's call order) so every
+                # registration is attributed to the plugin that made it.
+                for impl in reversed(hook.get_hookimpls()):
+                    current[:] = [impl.plugin_name]
+                    kwargs = {"register": register}
+                    try:
+                        impl.function(*(kwargs[arg] for arg in impl.argnames))
+                    except PluginError:
+                        raise
+                    except Exception as exc:
+                        raise PluginError(
+                            f"plugin {impl.plugin_name!r} failed in {hook_name}: {exc!r}"
+                        ) from exc
+            self._classes, self._owners = classes, owners
+            return classes
+
+    def available(self, kind: str) -> list[str]:
+        """Registered names of one kind, sorted."""
+        return sorted(self._registry(kind))
+
+    def _registry(self, kind: str) -> dict[str, type]:
+        if kind not in KIND_HOOKS:
+            raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(KINDS)}")
+        return self._collect()[kind]
+
+    def get(self, kind: str, name: str) -> type:
+        """The class registered as ``name`` for ``kind``, or a helpful error."""
+        registry = self._registry(kind)
+        try:
+            return registry[name]
+        except KeyError:
+            pass
+        choices = ", ".join(sorted(registry)) or "none"
+        message = (
+            f"{kind.replace('_', ' ')} {name!r} is not available (plugin may not be installed); "
+            f"available: {choices}"
+        )
+        extra = KNOWN_EXTRAS.get((kind, name))
+        if extra:
+            message += f". Install it with: pip install 'agentrl[{extra}]'"
+        blocked = disabled_plugins()
+        if blocked:
+            message += f". Disabled by AGENTRL_DISABLE_PLUGINS: {', '.join(sorted(blocked))}"
+        raise NotAvailableError(message)
+
+    def owner(self, kind: str, name: str) -> str:
+        self._collect()
+        return self._owners[(kind, name)]
+
+    def plugins(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution, version and contributions."""
+        self._collect()
+        dists = {
+            self.plugin_name(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()
+        }
+        infos = []
+        for plugin in self.pm.get_plugins():
+            name = self.plugin_name(plugin)
+            builtin = name in self._builtin_names
+            dist = dists.get(name)
+            registered: dict[str, list[str]] = {}
+            for (kind, cls_name), owner in sorted(self._owners.items()):
+                if owner == name:
+                    registered.setdefault(kind, []).append(cls_name)
+            infos.append(
+                PluginInfo(
+                    name=name,
+                    distribution="agentrl" if builtin else (dist.project_name if dist else None),
+                    version=_agentrl_version() if builtin else (dist.version if dist else None),
+                    builtin=builtin,
+                    registered={k: tuple(v) for k, v in registered.items()},
+                )
+            )
+        return sorted(infos, key=lambda info: (not info.builtin, info.name))
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+
+_registry: PluginRegistry | None = None
+_registry_lock = threading.Lock()
+
+
+def get_registry() -> PluginRegistry:
+    """The process-wide registry, built on first use (never at import time)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = PluginRegistry()
+        return _registry
+
+
+def reset_registry(registry: PluginRegistry | None = None) -> None:
+    """Replace (or drop, with ``None``) the process-wide registry; for tests and embedders."""
+    global _registry
+    with _registry_lock:
+        _registry = registry
+
+
+def available(kind: str) -> list[str]:
+    return get_registry().available(kind)
+
+
+def get_engine(name: str) -> type:
+    return get_registry().get("engine", name)
+
+
+def get_adapter(name: str) -> type:
+    return get_registry().get("adapter", name)
+
+
+def get_sandbox(name: str) -> type:
+    return get_registry().get("sandbox", name)
+
+
+def get_harness(name: str) -> type:
+    return get_registry().get("harness", name)
+
+
+def get_grader(name: str) -> type:
+    return get_registry().get("grader", name)
+
+
+def get_tool_parser(name: str) -> type:
+    return get_registry().get("tool_parser", name)
+
+
+def get_reasoning_parser(name: str) -> type:
+    return get_registry().get("reasoning_parser", name)
+
+
+def notify(hook_name: str, event: Any) -> None:
+    """Send an event to an observer hook; a failing observer is logged, never raised."""
+    hook: Callable[..., Any] = getattr(get_registry().hook, hook_name)
+    try:
+        hook(event=event)
+    except Exception:
+        logger.exception("observer hook %s failed for %r", hook_name, event)

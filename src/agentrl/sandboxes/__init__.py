@@ -1,0 +1,10 @@
+"""Sandbox backends (built-in plugin `agentrl.sandboxes`)."""
+
+from __future__ import annotations
+
+from agentrl.hookspecs import hookimpl
+
+
+@hookimpl(trylast=True)
+def register_sandboxes(register):
+    """Register the built-in classes; heavy dependencies load only when one is used."""
