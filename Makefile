@@ -20,6 +20,7 @@ deps: venv
 
 system-deps:
 	@bash scripts/system-deps.sh
+	@if [ -f scripts/install-clis.sh ]; then bash scripts/install-clis.sh; fi
 
 demo: deps
 	$(BIN)/agentrl plugins
