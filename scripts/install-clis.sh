@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install the pinned agent CLIs the real-CLI tests drive into .cache/clis/ (gitignored).
+#
+#   .cache/clis/bin/claude   @anthropic-ai/claude-code (native binary; runs on Node 20 even
+#                            though the package declares engines.node >= 22)
+#   .cache/clis/bin/codex    @openai/codex
+#
+# Idempotent: a CLI whose pinned version is already installed is left alone, so a second
+# run takes well under a second. Override the pins with CLAUDE_CODE_VERSION / CODEX_VERSION.
+set -euo pipefail
+
+CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION:-2.1.332}
+CODEX_VERSION=${CODEX_VERSION:-0.171.0}
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dest="${AGENTRL_CLI_DIR:-$root/.cache/clis}"
+mkdir -p "$dest/bin"
+
+if ! command -v npm >/dev/null 2>&1; then
+    echo "install-clis: npm is not installed; install Node.js >= 20 with npm, then rerun $0" >&2
+    exit 1
+fi
+
+# install <package> <version> <binary name>
+install() {
+    local package=$1 version=$2 binary=$3
+    local prefix="$dest/$binary-$version"
+    local stamp="$prefix/.installed"
+    if [[ -f $stamp && -x $prefix/node_modules/.bin/$binary ]]; then
+        ln -sfn "$prefix/node_modules/.bin/$binary" "$dest/bin/$binary"
+        return 0
+    fi
+    echo "install-clis: installing $package@$version into $prefix" >&2
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    # --engine-strict=false: claude-code declares node >= 22 but ships a native binary.
+    npm install --prefix "$prefix" --no-save --no-audit --no-fund --no-package-lock \
+        --engine-strict=false --loglevel=error "$package@$version" >&2
+    if [[ ! -x $prefix/node_modules/.bin/$binary ]]; then
+        echo "install-clis: $package@$version installed but $binary is missing under $prefix" >&2
+        exit 1
+    fi
+    touch "$stamp"
+    ln -sfn "$prefix/node_modules/.bin/$binary" "$dest/bin/$binary"
+}
+
+install @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" claude
+install @openai/codex "$CODEX_VERSION" codex
