@@ -240,9 +240,7 @@ class PluginRegistry:
     def plugins(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and contributions."""
         self._collect()
-        dists = {
-            self.plugin_name(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()
-        }
+        dists = {self.plugin_name(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
         infos = []
         for plugin in self.pm.get_plugins():
             name = self.plugin_name(plugin)

@@ -1,0 +1,60 @@
+"""The `agentrl` command line: plugin listing and conventions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from agentrl import __version__
+from agentrl.cli import cli
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_plugins_json_is_valid_and_complete():
+    """`agentrl plugins --json` prints a JSON list with every built-in and its registrations."""
+    result = _run("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    names = {entry["name"] for entry in data}
+    assert {"agentrl.engines", "agentrl.sandboxes", "agentrl.graders"} <= names
+    for entry in data:
+        assert set(entry) == {"name", "distribution", "version", "builtin", "registered"}
+        assert isinstance(entry["registered"], dict)
+    builtin = next(e for e in data if e["name"] == "agentrl.sandboxes")
+    assert builtin["version"] == __version__
+
+
+def test_plugins_table_lists_plugins():
+    """The default output is a table naming each plugin."""
+    result = CliRunner().invoke(cli, ["plugins"])
+    assert result.exit_code == 0, result.output
+    assert "agentrl.sandboxes" in result.output
+
+
+def test_version_and_help():
+    """--version and -h follow the usual conventions."""
+    runner = CliRunner()
+    assert __version__ in runner.invoke(cli, ["--version"]).output
+    helped = runner.invoke(cli, ["-h"])
+    assert helped.exit_code == 0
+    assert "plugins" in helped.output
+
+
+def test_unknown_command_exits_2():
+    """An unknown subcommand is a usage error (exit 2) with a message, not a traceback."""
+    result = _run("no-such-command")
+    assert result.returncode == 2
+    assert "No such command" in result.stderr
+    assert "Traceback" not in result.stderr

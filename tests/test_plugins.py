@@ -1,0 +1,285 @@
+"""Plugin manager: registration, lookup errors, duplicates, blocking, tracing, observers."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pluggy
+import pytest
+
+from agentrl import hookimpl, plugins
+from agentrl.plugins import NotAvailableError, PluginError, PluginRegistry
+from agentrl.types import Outcome, RolloutFinishedEvent, TurnRecordedEvent
+
+
+def _plugin(name: str, **hooks) -> types.ModuleType:
+    """A module-like plugin object carrying the given hook implementations."""
+    module = types.ModuleType(name)
+    for hook_name, function in hooks.items():
+        function.__name__ = hook_name
+        setattr(module, hook_name, hookimpl(function))
+    return module
+
+
+def _kind_class(name: str, **attrs) -> type:
+    return type(f"Fake_{name}", (), {"name": name, **attrs})
+
+
+@pytest.fixture
+def registry():
+    """A registry with the built-ins but without entry points, isolated from the process one."""
+    reg = PluginRegistry(load_entrypoints=False, disabled=())
+    previous = plugins._registry
+    plugins.reset_registry(reg)
+    yield reg
+    plugins.reset_registry(previous)
+
+
+@pytest.mark.parametrize(
+    ("hook_name", "kind", "extra_attrs"),
+    [
+        ("register_engines", "engine", {}),
+        ("register_adapters", "adapter", {}),
+        ("register_sandboxes", "sandbox", {}),
+        ("register_harnesses", "harness", {}),
+        ("register_graders", "grader", {}),
+        ("register_parsers", "tool_parser", {"parser_type": "tool_call"}),
+        ("register_parsers", "reasoning_parser", {"parser_type": "reasoning"}),
+    ],
+)
+def test_register_hooks_fill_typed_registries(registry, hook_name, kind, extra_attrs):
+    """A class registered through a register_* hook is found by its kind and name."""
+    cls = _kind_class("fake-one", **extra_attrs)
+    registry.pm.register(_plugin("fakeplugin", **{hook_name: lambda register: register(cls)}))
+    assert registry.get(kind, "fake-one") is cls
+    assert "fake-one" in registry.available(kind)
+    assert registry.owner(kind, "fake-one") == "fakeplugin"
+
+
+def test_hook_register_engines(registry):
+    """register_engines: an engine plugin is reachable through get_engine."""
+    cls = _kind_class("fake-engine")
+    registry.pm.register(_plugin("p", register_engines=lambda register: register(cls)))
+    assert plugins.get_engine("fake-engine") is cls
+
+
+def test_hook_register_adapters(registry):
+    """register_adapters: an adapter plugin is reachable through get_adapter."""
+    cls = _kind_class("fake-adapter")
+    registry.pm.register(_plugin("p", register_adapters=lambda register: register(cls)))
+    assert plugins.get_adapter("fake-adapter") is cls
+
+
+def test_hook_register_sandboxes(registry):
+    """register_sandboxes: a sandbox plugin is reachable through get_sandbox."""
+    cls = _kind_class("fake-sandbox")
+    registry.pm.register(_plugin("p", register_sandboxes=lambda register: register(cls)))
+    assert plugins.get_sandbox("fake-sandbox") is cls
+
+
+def test_hook_register_harnesses(registry):
+    """register_harnesses: a harness plugin is reachable through get_harness."""
+    cls = _kind_class("fake-harness")
+    registry.pm.register(_plugin("p", register_harnesses=lambda register: register(cls)))
+    assert plugins.get_harness("fake-harness") is cls
+
+
+def test_hook_register_graders(registry):
+    """register_graders: a grader plugin is reachable through get_grader."""
+    cls = _kind_class("fake-grader")
+    registry.pm.register(_plugin("p", register_graders=lambda register: register(cls)))
+    assert plugins.get_grader("fake-grader") is cls
+
+
+def test_hook_register_parsers(registry):
+    """register_parsers: parser_type routes a class to the tool-call or reasoning registry."""
+    tool = _kind_class("fake-p", parser_type="tool_call")
+    reasoning = _kind_class("fake-p", parser_type="reasoning")
+
+    def register_parsers(register):
+        register(tool)
+        register(reasoning)
+
+    registry.pm.register(_plugin("p", register_parsers=register_parsers))
+    assert plugins.get_tool_parser("fake-p") is tool
+    assert plugins.get_reasoning_parser("fake-p") is reasoning
+
+
+def test_parser_without_valid_type_is_rejected(registry):
+    """A parser class with an unknown parser_type fails with the expected values named."""
+    bad = _kind_class("bad", parser_type="sideways")
+    registry.pm.register(_plugin("p", register_parsers=lambda register: register(bad)))
+    with pytest.raises(PluginError, match=r"parser_type='sideways'.*reasoning.*tool_call"):
+        registry.available("tool_parser")
+
+
+def test_unknown_name_lists_available(registry):
+    """get_sandbox('nope') names what is available instead."""
+    for name in ("alpha", "beta"):
+        cls = _kind_class(name)
+        registry.pm.register(
+            _plugin(f"p-{name}", register_sandboxes=lambda register, c=cls: register(c))
+        )
+    with pytest.raises(NotAvailableError) as info:
+        plugins.get_sandbox("nope")
+    message = str(info.value)
+    assert "sandbox 'nope' is not available" in message
+    assert "alpha, beta" in message
+
+
+def test_known_optional_backend_names_its_extra(registry, monkeypatch):
+    """Asking for a backend an extra provides, when it isn't registered, says what to install."""
+    reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    with pytest.raises(NotAvailableError, match=r"pip install 'agentrl\[e2b\]'"):
+        reg.get("sandbox", "e2b")
+    with pytest.raises(NotAvailableError, match=r"pip install 'agentrl\[swebench\]'"):
+        reg.get("grader", "swebench")
+
+
+def test_unknown_kind_is_a_value_error(registry):
+    """A misspelled kind fails with the valid kinds listed."""
+    with pytest.raises(ValueError, match=r"unknown plugin kind 'sandboxx'.*'sandbox'"):
+        registry.available("sandboxx")
+
+
+def test_duplicate_name_names_both_plugins(registry):
+    """Two plugins registering the same sandbox name fail loudly, naming both."""
+    first, second = _kind_class("twin"), _kind_class("twin")
+    registry.pm.register(
+        _plugin("first-plugin", register_sandboxes=lambda register: register(first))
+    )
+    registry.pm.register(
+        _plugin("second-plugin", register_sandboxes=lambda register: register(second))
+    )
+    with pytest.raises(PluginError) as info:
+        registry.available("sandbox")
+    assert "first-plugin" in str(info.value)
+    assert "second-plugin" in str(info.value)
+    assert "AGENTRL_DISABLE_PLUGINS" in str(info.value)
+
+
+def test_class_without_name_is_rejected(registry):
+    """Registering a class with no `name` says which plugin and hook did it."""
+    nameless = type("Nameless", (), {})
+    registry.pm.register(_plugin("sloppy", register_graders=lambda register: register(nameless)))
+    with pytest.raises(PluginError, match=r"'sloppy'.*register_graders.*name"):
+        registry.available("grader")
+
+
+def test_failing_register_hook_names_plugin(registry):
+    """An exception inside a plugin's register hook is reported with the plugin's name."""
+
+    def register_engines(register):
+        raise RuntimeError("boom")
+
+    registry.pm.register(_plugin("broken", register_engines=register_engines))
+    with pytest.raises(PluginError, match=r"'broken' failed in register_engines.*boom"):
+        registry.available("engine")
+
+
+def test_disable_plugins_env_blocks_by_name(monkeypatch):
+    """AGENTRL_DISABLE_PLUGINS blocks a built-in plugin module by name."""
+    monkeypatch.setenv("AGENTRL_DISABLE_PLUGINS", "agentrl.graders, other")
+    reg = PluginRegistry(load_entrypoints=False)
+    names = {reg.plugin_name(p) for p in reg.pm.get_plugins()}
+    assert "agentrl.graders" not in names
+    assert "agentrl.sandboxes" in names
+    with pytest.raises(
+        NotAvailableError, match=r"Disabled by AGENTRL_DISABLE_PLUGINS: agentrl\.graders"
+    ):
+        reg.get("grader", "anything")
+
+
+def test_misspelled_hook_is_caught():
+    """A hookimpl whose name matches no hookspec fails check_pending at startup."""
+    typo = _plugin("typo", register_sandboxs=lambda register: None)
+    reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    reg.pm.register(typo)
+    with pytest.raises(pluggy.PluginValidationError, match="register_sandboxs"):
+        reg.pm.check_pending()
+
+
+def test_trace_logs_every_hook_call(caplog):
+    """AGENTRL_TRACE_PLUGINS=1 logs each hook call with the plugins it reaches."""
+    reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=(), trace=True)
+    seen = []
+    reg.pm.register(_plugin("watcher", on_rollout_finished=lambda event: seen.append(event)))
+    event = RolloutFinishedEvent(
+        instance_id="t-1", outcome=Outcome.SOLVED, reward=1.0, num_samples=1
+    )
+    with caplog.at_level(logging.INFO, logger="agentrl.plugins"):
+        reg.hook.on_rollout_finished(event=event)
+    assert seen == [event]
+    assert any(
+        "hook on_rollout_finished" in rec.message and "watcher" in rec.message
+        for rec in caplog.records
+    )
+
+
+def test_trace_enabled_from_environment(monkeypatch, caplog):
+    """The environment variable alone turns tracing on."""
+    monkeypatch.setenv("AGENTRL_TRACE_PLUGINS", "1")
+    reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    with caplog.at_level(logging.INFO, logger="agentrl.plugins"):
+        reg.hook.register_commands(cli=None)
+    assert any("hook register_commands" in rec.message for rec in caplog.records)
+
+
+def test_hook_on_turn_recorded(registry):
+    """on_turn_recorded: observers receive the frozen event object through notify()."""
+    seen = []
+    registry.pm.register(_plugin("obs", on_turn_recorded=lambda event: seen.append(event)))
+    event = TurnRecordedEvent(
+        session_id="s", turn_index=0, prompt_tokens=10, output_tokens=3, finish_reason="stop"
+    )
+    plugins.notify("on_turn_recorded", event)
+    assert seen == [event]
+    with pytest.raises(AttributeError):
+        event.turn_index = 5  # frozen
+
+
+def test_hook_on_rollout_finished(registry, caplog):
+    """on_rollout_finished: a failing observer is logged and does not break the caller."""
+    seen = []
+
+    def broken(event):
+        raise RuntimeError("observer bug")
+
+    registry.pm.register(_plugin("bad-obs", on_rollout_finished=broken))
+    registry.pm.register(_plugin("good-obs", on_rollout_finished=lambda event: seen.append(event)))
+    event = RolloutFinishedEvent(
+        instance_id="t", outcome=Outcome.UNSOLVED, reward=0.0, num_samples=1
+    )
+    with caplog.at_level(logging.ERROR):
+        plugins.notify("on_rollout_finished", event)
+    assert "observer hook on_rollout_finished failed" in caplog.text
+
+
+def test_hook_register_commands(registry):
+    """register_commands: a plugin adds a subcommand to the agentrl CLI."""
+    import click
+    from click.testing import CliRunner
+
+    from agentrl.cli import cli
+
+    @click.command("hello-plugin")
+    def hello():
+        click.echo("hello from a plugin")
+
+    registry.pm.register(_plugin("cmds", register_commands=lambda cli: cli.add_command(hello)))
+    try:
+        registry.hook.register_commands(cli=cli)
+        result = CliRunner().invoke(cli, ["hello-plugin"])
+    finally:
+        cli.commands.pop("hello-plugin", None)
+    assert result.exit_code == 0, result.output
+    assert result.output == "hello from a plugin\n"
+
+
+def test_builtins_are_registered_like_third_party(registry):
+    """Built-in plugin modules go through the same manager and are marked as built-in."""
+    infos = {info.name: info for info in registry.plugins()}
+    for module_name in plugins.BUILTIN_PLUGINS:
+        assert infos[module_name].builtin
+        assert infos[module_name].distribution == "agentrl"
