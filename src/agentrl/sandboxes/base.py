@@ -1,19 +1,122 @@
-"""The sandbox contract every backend implements."""
+"""The sandbox contract every backend implements, plus helpers built only on that contract.
+
+``exec_and_wait`` runs a long command detached and polls an exit-code marker, so it works on
+any backend and survives a severed exec connection. ``cap_output`` is the one place exec
+output is decoded and truncated, so every backend truncates the same visible way.
+"""
 
 from __future__ import annotations
 
 import abc
+import asyncio
+import logging
+import os
 import pathlib
+import re
+import shlex
+import time
+import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from agentrl.types import ExecResult, Task
 
-__all__ = ["Sandbox", "SandboxError"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "EXIT_EXEC_TIMEOUT",
+    "EXIT_TIME_BUDGET_EXCEEDED",
+    "ExecFailedError",
+    "Sandbox",
+    "SandboxError",
+    "SandboxGoneError",
+    "cap_output",
+    "check_result",
+    "exec_and_wait",
+    "max_output_bytes",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``exec_and_wait`` result code when the time budget ran out (the command was killed).
+EXIT_TIME_BUDGET_EXCEEDED = -1
+#: ``Sandbox.exec`` result code when ``timeout`` ran out (the command was killed), as timeout(1).
+EXIT_EXEC_TIMEOUT = 124
+#: Default cap on the bytes kept from one stream (stdout or stderr) of one exec.
+DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
+_MAX_OUTPUT_ENV = "AGENTRL_SANDBOX_MAX_OUTPUT_BYTES"
+_TRUNCATION_MARKER = "\n[agentrl: {n} bytes of output truncated]\n"
 
 
 class SandboxError(Exception):
     """The sandbox could not start, run a command, or move a file."""
+
+
+class SandboxGoneError(SandboxError):
+    """The sandbox no longer exists (killed, died or expired): retrying cannot help."""
+
+
+class ExecFailedError(SandboxError):
+    """A command run with ``check=True`` exited non-zero; ``result`` holds what it printed."""
+
+    def __init__(self, cmd: str, result: ExecResult) -> None:
+        self.cmd = cmd
+        self.result = result
+        tail = (result.stderr or result.stdout)[-2000:]
+        super().__init__(f"command exited with code {result.exit_code}: {cmd[:200]!r}\n{tail}")
+
+
+def check_result(cmd: str, result: ExecResult, check: bool) -> ExecResult:
+    """Return ``result``, or raise ``ExecFailedError`` when ``check`` and it failed."""
+    if check and result.exit_code != 0:
+        raise ExecFailedError(cmd, result)
+    return result
+
+
+def max_output_bytes(value: int | None = None) -> int:
+    """The output cap: ``value`` if given, else ``AGENTRL_SANDBOX_MAX_OUTPUT_BYTES``, else 1 MiB."""
+    if value is None:
+        raw = os.environ.get(_MAX_OUTPUT_ENV, "")
+        if not raw:
+            return DEFAULT_MAX_OUTPUT_BYTES
+        try:
+            value = int(raw)
+        except ValueError:
+            raise SandboxError(
+                f"{_MAX_OUTPUT_ENV}={raw!r} is not an integer; set it to a byte count "
+                f"such as {DEFAULT_MAX_OUTPUT_BYTES}"
+            ) from None
+    if value < 64:
+        raise SandboxError(f"max_output_bytes must be at least 64, got {value}")
+    return value
+
+
+def cap_output(data: bytes | str, limit: int | None = None) -> str:
+    """Decode ``data`` (invalid UTF-8 becomes U+FFFD) and keep at most ``limit`` bytes of it.
+
+    A longer output keeps its first and last halves around a visible marker that says how
+    many bytes were dropped: the head shows how a command started, the tail how it ended.
+    """
+    limit = max_output_bytes(limit)
+    raw = data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data
+    if len(raw) <= limit:
+        return raw.decode("utf-8", errors="replace")
+    half = limit // 2
+    dropped = len(raw) - 2 * half
+    head = raw[:half].decode("utf-8", errors="replace")
+    tail = raw[-half:].decode("utf-8", errors="replace")
+    return head + _TRUNCATION_MARKER.format(n=dropped) + tail
+
+
+def cap_output_shell(path: str, limit: int) -> str:
+    """A POSIX sh snippet that prints file ``path`` capped exactly like ``cap_output``."""
+    half = limit // 2
+    marker = _TRUNCATION_MARKER.replace("{n}", "%s").replace("\n", "\\n")
+    p = shlex.quote(path)
+    return (
+        f'if [ -f {p} ]; then n=$(wc -c < {p}); if [ "$n" -le {limit} ]; then cat {p}; '
+        f"else head -c {half} {p}; printf '{marker}' $((n - {2 * half})); tail -c {half} {p}; "
+        "fi; fi"
+    )
 
 
 class Sandbox(abc.ABC):
@@ -50,7 +153,13 @@ class Sandbox(abc.ABC):
         idempotent: bool = True,
         workdir: str | None = None,
     ) -> ExecResult:
-        """Run a shell command and wait for it."""
+        """Run a shell command and wait for it.
+
+        Output is capped with ``cap_output``. When ``timeout`` runs out the command is
+        killed and the result has ``exit_code == EXIT_EXEC_TIMEOUT``. ``check=True`` raises
+        ``ExecFailedError`` on a non-zero exit. A call with ``idempotent=False`` is never
+        re-sent after a transient failure.
+        """
 
     @abc.abstractmethod
     async def write_file(
@@ -72,3 +181,177 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+# -- exec_and_wait ----------------------------------------------------------------------------
+
+_MARKER_RE = re.compile(r"^(-?\d+)\n$")
+#: Exit code of a launch that found its tag already started (the launch was re-sent).
+_EXIT_ALREADY_LAUNCHED = 75
+_STATE_ROOT = "/tmp/.agentrl-exec"
+
+
+def _launch_script(state: str, cmd: str) -> str:
+    """Start ``cmd`` detached in its own session; refuse to start twice for one tag."""
+    q = shlex.quote(state)
+    runner = (
+        'd="$1"; echo $$ > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"; '
+        'sh "$d/cmd.sh" > "$d/out" 2> "$d/err" < /dev/null; rc=$?; '
+        'echo "$rc" > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"'
+    )
+    return (
+        f"mkdir -p {_STATE_ROOT} 2>/dev/null; chmod 1777 {_STATE_ROOT} 2>/dev/null\n"
+        f"mkdir {q} || {{ echo 'agentrl: this launch already ran' >&2; "
+        f"exit {_EXIT_ALREADY_LAUNCHED}; }}\n"
+        f"printf '%s\\n' {shlex.quote(cmd)} > {q}/cmd.sh || exit 1\n"
+        f"setsid sh -c {shlex.quote(runner)} agentrl-exec {q} "
+        "< /dev/null > /dev/null 2>&1 &\n"
+    )
+
+
+def _kill_script(state: str) -> str:
+    """Kill the detached command's process group (TERM, then KILL), waiting for its pgid."""
+    q = shlex.quote(state)
+    return (
+        f"i=0; while [ ! -s {q}/pgid ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done\n"
+        f'g=$(cat {q}/pgid 2>/dev/null); [ -n "$g" ] || exit 0\n'
+        'kill -TERM "-$g" 2>/dev/null; i=0\n'
+        'while kill -0 "-$g" 2>/dev/null && [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done\n'
+        'kill -KILL "-$g" 2>/dev/null; exit 0\n'
+    )
+
+
+def _parse_marker(text: str) -> int | None:
+    """The exit code in a complete marker, or None for an empty or partial one."""
+    match = _MARKER_RE.match(text)
+    return int(match.group(1)) if match else None
+
+
+async def exec_and_wait(
+    sandbox: Sandbox,
+    cmd: str,
+    *,
+    time_budget: float,
+    user: str = "root",
+    env: Mapping[str, str] | None = None,
+    workdir: str | None = None,
+    want_output: bool = True,
+    poll_interval: float = 1.0,
+    max_output: int | None = None,
+    max_poll_failures: int = 5,
+) -> ExecResult:
+    """Run ``cmd`` detached under ``time_budget`` seconds and wait for its exit code.
+
+    The command runs in its own session (``setsid``) with output to files and its exit code
+    written atomically (tmp + mv) to a marker file under a unique per-call tag, so concurrent
+    calls never collide. The launch is sent once (``idempotent=False``); if it fails in
+    flight, the tag directory tells whether it ran, and a re-sent launch refuses to start
+    twice. Polls are idempotent execs: a failed poll is retried (up to
+    ``max_poll_failures`` in a row) without touching the command. When the budget runs out
+    the process group is killed and the result's exit code is ``EXIT_TIME_BUDGET_EXCEEDED``.
+    ``SandboxGoneError`` is raised at once.
+    """
+    limit = max_output_bytes(max_output)
+    tag = f"{time.time_ns():x}-{uuid.uuid4().hex[:16]}"
+    state = f"{_STATE_ROOT}/{tag}"
+    deadline = time.monotonic() + time_budget
+    common: dict[str, Any] = {"user": user}
+
+    await _launch(sandbox, state, cmd, user=user, env=env, workdir=workdir)
+    delay = min(0.05, poll_interval)
+    failures = 0
+    exit_code: int | None = None
+    while True:
+        try:
+            probe = await sandbox.exec(
+                f"cat {shlex.quote(state)}/rc 2>/dev/null; true",
+                timeout=max(5.0, min(30.0, poll_interval * 10)),
+                **common,
+            )
+            failures = 0
+            exit_code = _parse_marker(probe.stdout)
+        except SandboxGoneError:
+            raise
+        except (SandboxError, OSError, TimeoutError) as exc:
+            failures += 1
+            logger.warning("exec_and_wait %s: poll failed (%d in a row): %s", tag, failures, exc)
+            if failures >= max_poll_failures:
+                raise SandboxError(
+                    f"could not poll a detached command {max_poll_failures} times in a row "
+                    f"(last error: {exc}); the command may still be running in the sandbox"
+                ) from exc
+        if exit_code is not None:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, poll_interval)
+
+    stderr_note = ""
+    if exit_code is None:
+        logger.info("exec_and_wait %s: time budget of %.1fs exceeded; killing", tag, time_budget)
+        await _best_effort(sandbox, _kill_script(state), user=user)
+        exit_code = EXIT_TIME_BUDGET_EXCEEDED
+        stderr_note = f"\n[agentrl: time budget of {time_budget:g}s exceeded; command killed]\n"
+
+    stdout = stderr = ""
+    if want_output:
+        out = await _best_effort(
+            sandbox,
+            cap_output_shell(f"{state}/out", limit)
+            + "; "
+            + cap_output_shell(f"{state}/err", limit)
+            + " >&2",
+            user=user,
+        )
+        if out is not None:
+            stdout, stderr = out.stdout, out.stderr
+    await _best_effort(sandbox, f"rm -rf {shlex.quote(state)}", user=user)
+    return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr + stderr_note)
+
+
+async def _launch(
+    sandbox: Sandbox,
+    state: str,
+    cmd: str,
+    *,
+    user: str,
+    env: Mapping[str, str] | None,
+    workdir: str | None,
+) -> None:
+    """Send the launch once; after an in-flight failure, re-send only if it never ran."""
+    script = _launch_script(state, cmd)
+    for attempt in (1, 2):
+        try:
+            result = await sandbox.exec(
+                script, user=user, env=env, workdir=workdir, timeout=60, idempotent=False
+            )
+        except SandboxGoneError:
+            raise
+        except (SandboxError, OSError, TimeoutError) as exc:
+            if attempt == 2:
+                raise
+            logger.warning("exec_and_wait launch failed in flight (%s); checking the tag", exc)
+            probe = await sandbox.exec(f"test -d {shlex.quote(state)}", user=user, timeout=30)
+            if probe.exit_code == 0:
+                return  # it ran: the marker will tell the rest
+            continue
+        if result.exit_code in (0, _EXIT_ALREADY_LAUNCHED):
+            return
+        raise SandboxError(
+            f"could not launch a detached command (exit {result.exit_code}): "
+            f"{(result.stderr or result.stdout).strip()[-500:]}; "
+            f"is /tmp writable by user {user!r} in the sandbox?"
+        )
+
+
+async def _best_effort(sandbox: Sandbox, script: str, *, user: str) -> ExecResult | None:
+    """Run a cleanup-style exec; log and swallow failures other than a gone sandbox."""
+    try:
+        return await sandbox.exec(script, user=user, timeout=60)
+    except SandboxGoneError:
+        raise
+    except (SandboxError, OSError, TimeoutError) as exc:
+        logger.warning("exec_and_wait: %s failed: %s", script.split()[0], exc)
+        return None
