@@ -1,0 +1,272 @@
+"""Many rollouts: concurrency, resumable output files, progress and a summary.
+
+The runner knows nothing of sandboxes or engines: it calls a ``rollout_fn(task, index)``
+coroutine for every (task, sample index) not yet done and writes what comes back.
+
+Output directory layout (``--out DIR``)::
+
+    rollouts.jsonl      one line per finished rollout (outcome, reward, timings, paths)
+    samples.jsonl       token-level training rows, one per TrainingSample (not in --eval)
+    agent_logs/KEY.log  the agent CLI's own log (stream-json / --json output)
+    diffs/KEY.diff      the agent's diff
+    summary.json        the summary table's numbers
+
+A rollout's samples are written before its ``rollouts.jsonl`` line, so that line is the
+commit point: re-running resumes by skipping the keys already there and dropping sample
+rows of rollouts that never committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pathlib
+import statistics
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from agentrl.types import Outcome, Task
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RolloutJob", "RunSummary", "Runner", "rollout_key"]
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+def rollout_key(instance_id: str, index: int) -> str:
+    """The stable key of the ``index``-th rollout of a task (used for resuming)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in instance_id)
+    return f"{safe}#{index}"
+
+
+@attrs.frozen(kw_only=True)
+class RolloutJob:
+    """One rollout to run: a task and which of its samples this is."""
+
+    task: Task
+    index: int
+
+    @property
+    def key(self) -> str:
+        return rollout_key(self.task.instance_id, self.index)
+
+
+@attrs.define
+class RunSummary:
+    """Running totals for the progress display and the final table."""
+
+    total: int = 0
+    skipped: int = 0
+    done: int = 0
+    running: int = 0
+    outcomes: Counter = attrs.field(factory=Counter)
+    rewards: list[float] = attrs.field(factory=list)
+    turns: list[int] = attrs.field(factory=list)
+    tokens: list[int] = attrs.field(factory=list)
+    phases: dict[str, list[float]] = attrs.field(factory=dict)
+    started: float = attrs.field(factory=time.monotonic)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        self.outcomes[row["outcome"]] += 1
+        if not row.get("remove_sample"):
+            self.rewards.append(float(row["reward"]))
+        self.turns.append(int(row.get("turns") or 0))
+        self.tokens.append(int(row.get("sampled_tokens") or 0))
+        for phase, seconds in (row.get("timings") or {}).items():
+            self.phases.setdefault(phase, []).append(float(seconds))
+
+    @property
+    def solved(self) -> int:
+        return self.outcomes[Outcome.SOLVED.value]
+
+    @property
+    def failed(self) -> int:
+        return sum(n for o, n in self.outcomes.items() if not Outcome(o).trainable)
+
+    @property
+    def tokens_per_second(self) -> float:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return sum(self.tokens) / elapsed
+
+    def to_dict(self) -> dict[str, Any]:
+        graded = len(self.rewards)
+
+        def mean(values: Sequence[float]) -> float | None:
+            return statistics.fmean(values) if values else None
+
+        return {
+            "rollouts": self.done,
+            "skipped_already_done": self.skipped,
+            "solved": self.solved,
+            "solve_rate": (self.solved / graded) if graded else None,
+            "mean_reward": mean(self.rewards),
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "mean_turns": mean(self.turns),
+            "mean_sampled_tokens": mean(self.tokens),
+            "mean_seconds_per_phase": {p: mean(v) for p, v in sorted(self.phases.items())},
+        }
+
+
+RolloutFn = Callable[[Task, int], Awaitable[Any]]
+
+
+class Runner:
+    """Runs jobs with bounded concurrency and writes resumable output files."""
+
+    def __init__(
+        self,
+        rollout_fn: RolloutFn,
+        out_dir: str | pathlib.Path,
+        *,
+        concurrency: int = 4,
+        evaluation: bool = False,
+        decode: Callable[[Sequence[int]], str] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.rollout_fn = rollout_fn
+        self.out = pathlib.Path(out_dir)
+        self.concurrency = concurrency
+        self.evaluation = evaluation
+        self.decode = decode
+        self.summary = RunSummary()
+        self._write_lock = asyncio.Lock()
+
+    # -- resume ------------------------------------------------------------
+    def done_keys(self) -> set[str]:
+        """Keys of rollouts already committed to ``rollouts.jsonl``; restores prior totals."""
+        path = self.out / ROLLOUTS_FILE
+        done: set[str] = set()
+        if not path.exists():
+            return done
+        kept_lines = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                logger.warning("ignoring a partial line in %s (interrupted write)", path)
+                continue
+            if row.get("key") in done:
+                continue
+            done.add(row["key"])
+            kept_lines.append(line)
+        path.write_text("".join(line + "\n" for line in kept_lines))
+        self._drop_uncommitted_samples(done)
+        return done
+
+    def _drop_uncommitted_samples(self, done: set[str]) -> None:
+        path = self.out / SAMPLES_FILE
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line).get("key") in done:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue
+        path.write_text("".join(line + "\n" for line in kept))
+
+    def plan(self, tasks: Iterable[Task], samples_per_task: int) -> list[RolloutJob]:
+        """Every (task, index) job not already done in the output directory."""
+        if samples_per_task < 1:
+            raise ValueError(f"samples_per_task must be >= 1, got {samples_per_task}")
+        self.out.mkdir(parents=True, exist_ok=True)
+        done = self.done_keys()
+        jobs = [RolloutJob(task=t, index=i) for t in tasks for i in range(samples_per_task)]
+        todo = [job for job in jobs if job.key not in done]
+        self.summary.total = len(jobs)
+        self.summary.skipped = len(jobs) - len(todo)
+        return todo
+
+    # -- running -----------------------------------------------------------
+    async def run(
+        self, jobs: Sequence[RolloutJob], on_update: Callable[[RunSummary], None] | None = None
+    ) -> RunSummary:
+        """Run ``jobs``; each result is written as soon as it finishes."""
+        semaphore = asyncio.Semaphore(self.concurrency)
+        self.summary.started = time.monotonic()
+
+        async def one(job: RolloutJob) -> None:
+            async with semaphore:
+                self.summary.running += 1
+                if on_update:
+                    on_update(self.summary)
+                try:
+                    result = await self.rollout_fn(job.task, job.index)
+                finally:
+                    self.summary.running -= 1
+                row = await self._write(job, result)
+                self.summary.add(row)
+                if on_update:
+                    on_update(self.summary)
+
+        tasks = [asyncio.create_task(one(job), name=job.key) for job in jobs]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            (self.out / SUMMARY_FILE).write_text(json.dumps(self.summary.to_dict(), indent=2))
+        return self.summary
+
+    async def _write(self, job: RolloutJob, result: Any) -> dict[str, Any]:
+        key = job.key
+        stem = key.replace("#", "__")
+        log_path = self.out / "agent_logs" / f"{stem}.log"
+        diff_path = self.out / "diffs" / f"{stem}.diff"
+        row = {
+            "key": key,
+            "instance_id": job.task.instance_id,
+            "sample_index": job.index,
+            **result.to_dict(),
+            "num_samples": len(result.samples),
+            "remove_sample": bool(result.remove_sample),
+            "agent_log_path": str(log_path),
+            "diff_path": str(diff_path),
+        }
+        row.pop("agent_log", None)
+        row.pop("diff", None)
+        row["outcome"] = Outcome(row["outcome"]).value
+        async with self._write_lock:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            diff_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(result.agent_log or "")
+            diff_path.write_text(result.diff or "")
+            if not self.evaluation:
+                with (self.out / SAMPLES_FILE).open("a") as fh:
+                    for k, sample in enumerate(result.samples):
+                        fh.write(json.dumps(self._sample_row(job, k, sample, result)) + "\n")
+            with (self.out / ROLLOUTS_FILE).open("a") as fh:
+                fh.write(json.dumps(row, default=str) + "\n")
+        return row
+
+    def _sample_row(self, job: RolloutJob, k: int, sample: Any, result: Any) -> dict[str, Any]:
+        row = {
+            "key": job.key,
+            "instance_id": job.task.instance_id,
+            "sample_index": job.index,
+            "chain_index": k,
+            "outcome": result.outcome.value,
+            "remove_sample": bool(result.remove_sample),
+            "tokens": list(sample.tokens),
+            "prompt_length": sample.prompt_length,
+            "response_length": sample.response_length,
+            "loss_mask": list(sample.loss_mask),
+            "rollout_logprobs": list(sample.rollout_logprobs),
+            "reward": sample.reward,
+            "metadata": dict(sample.metadata),
+        }
+        if self.decode is not None:
+            row["response"] = self.decode(sample.tokens[sample.prompt_length :])
+        return row

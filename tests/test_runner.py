@@ -1,0 +1,198 @@
+"""The many-rollout runner: concurrency, output files, resume, failures and summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import attrs
+import pytest
+
+from agentrl.runner import Runner, rollout_key
+from agentrl.types import Outcome, Task
+
+
+@attrs.frozen
+class FakeSample:
+    tokens: tuple = (1, 2, 3, 4)
+    prompt_length: int = 2
+    response_length: int = 2
+    loss_mask: tuple = (1, 1)
+    rollout_logprobs: tuple = (-0.5, -0.25)
+    reward: float = 1.0
+    metadata: dict = attrs.Factory(dict)
+
+
+@attrs.frozen
+class FakeResult:
+    """Stands in for agentrl.rollout.RolloutResult (same attribute names)."""
+
+    instance_id: str
+    outcome: Outcome
+    reward: float
+    samples: tuple
+    diff: str = "diff --git a/x b/x\n"
+    agent_log: str = '{"type":"result"}\n'
+    turns: int = 2
+    sampled_tokens: int = 4
+    timings: dict = attrs.Factory(lambda: {"agent": 1.5, "grade": 0.5})
+
+    @property
+    def remove_sample(self) -> bool:
+        return not self.outcome.trainable
+
+    def to_dict(self) -> dict:
+        data = attrs.asdict(self, recurse=False)
+        data.pop("samples")
+        data["outcome"] = self.outcome
+        return data
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(instance_id=f"task-{i}", problem_statement="fix it") for i in range(n)]
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_runs_every_task_sample_and_writes_files(tmp_path):
+    """Each (task, sample) runs once; rollouts, samples, logs, diffs and summary are written."""
+    calls = []
+
+    async def rollout(task, index):
+        calls.append((task.instance_id, index))
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(), FakeSample()))
+
+    runner = Runner(rollout, tmp_path, concurrency=3, decode=lambda ids: f"<{len(ids)} ids>")
+    jobs = runner.plan(_tasks(2), samples_per_task=2)
+    summary = await runner.run(jobs)
+    assert sorted(calls) == [("task-0", 0), ("task-0", 1), ("task-1", 0), ("task-1", 1)]
+    rollouts = _read(tmp_path / "rollouts.jsonl")
+    assert {r["key"] for r in rollouts} == {rollout_key(t, i) for t, i in calls}
+    assert all(r["outcome"] == "solved" and r["num_samples"] == 2 for r in rollouts)
+    samples = _read(tmp_path / "samples.jsonl")
+    assert len(samples) == 8
+    assert samples[0]["loss_mask"] == [1, 1] and samples[0]["response"] == "<2 ids>"
+    log = tmp_path / "agent_logs" / "task-0__0.log"
+    assert log.read_text() == '{"type":"result"}\n'
+    assert summary.solved == 4
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["solve_rate"] == 1.0
+    assert written["mean_seconds_per_phase"] == {"agent": 1.5, "grade": 0.5}
+
+
+async def test_concurrency_is_bounded(tmp_path):
+    """No more than `concurrency` rollouts run at once."""
+    running = 0
+    peak = 0
+
+    async def rollout(task, index):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return FakeResult(task.instance_id, Outcome.UNSOLVED, 0.0, (FakeSample(reward=0.0),))
+
+    runner = Runner(rollout, tmp_path, concurrency=2)
+    await runner.run(runner.plan(_tasks(6), 1))
+    assert peak == 2
+
+
+async def test_rerun_resumes_and_skips_done(tmp_path):
+    """A second run with the same output directory redoes nothing already finished."""
+    calls = []
+
+    async def rollout(task, index):
+        calls.append(task.instance_id)
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    first = Runner(rollout, tmp_path)
+    await first.run(first.plan(_tasks(2), 1))
+    second = Runner(rollout, tmp_path)
+    jobs = second.plan(_tasks(3), 1)
+    assert [job.task.instance_id for job in jobs] == ["task-2"]
+    assert second.summary.skipped == 2
+    await second.run(jobs)
+    assert calls == ["task-0", "task-1", "task-2"]
+    assert len(_read(tmp_path / "rollouts.jsonl")) == 3
+    assert len(_read(tmp_path / "samples.jsonl")) == 3
+
+
+def test_resume_drops_uncommitted_samples_and_partial_lines(tmp_path):
+    """Sample rows without a committed rollout line, and a torn last line, are discarded."""
+    (tmp_path / "rollouts.jsonl").write_text(
+        json.dumps({"key": "a#0", "outcome": "solved"}) + "\n" + '{"key": "b#0", "outc'
+    )
+    (tmp_path / "samples.jsonl").write_text(
+        json.dumps({"key": "a#0"}) + "\n" + json.dumps({"key": "b#0"}) + "\n"
+    )
+    runner = Runner(lambda t, i: None, tmp_path)
+    assert runner.done_keys() == {"a#0"}
+    assert _read(tmp_path / "samples.jsonl") == [{"key": "a#0"}]
+    assert _read(tmp_path / "rollouts.jsonl") == [{"key": "a#0", "outcome": "solved"}]
+
+
+async def test_infra_failures_are_marked_and_not_counted_as_reward(tmp_path):
+    """Infra errors are written with remove_sample and kept out of the solve rate."""
+
+    async def rollout(task, index):
+        if task.instance_id == "task-0":
+            return FakeResult(task.instance_id, Outcome.INFRA_ERROR, 0.0, (FakeSample(),))
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path)
+    summary = await runner.run(runner.plan(_tasks(2), 1))
+    rows = {r["instance_id"]: r for r in _read(tmp_path / "rollouts.jsonl")}
+    assert rows["task-0"]["remove_sample"] is True
+    samples = {s["instance_id"]: s for s in _read(tmp_path / "samples.jsonl")}
+    assert samples["task-0"]["remove_sample"] is True
+    assert summary.failed == 1
+    assert summary.to_dict()["solve_rate"] == 1.0
+
+
+async def test_evaluation_writes_no_samples(tmp_path):
+    """--eval mode records rollouts and rewards but no training rows."""
+
+    async def rollout(task, index):
+        return FakeResult(task.instance_id, Outcome.UNSOLVED, 0.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path, evaluation=True)
+    await runner.run(runner.plan(_tasks(1), 1))
+    assert not (tmp_path / "samples.jsonl").exists()
+    assert len(_read(tmp_path / "rollouts.jsonl")) == 1
+
+
+async def test_cancellation_keeps_finished_rollouts(tmp_path):
+    """Cancelling mid-run (Ctrl-C) keeps what finished and cancels the rest."""
+    started = asyncio.Event()
+    cancelled = []
+
+    async def rollout(task, index):
+        if task.instance_id == "task-0":
+            return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(task.instance_id)
+            raise
+
+    runner = Runner(rollout, tmp_path, concurrency=2)
+    run = asyncio.create_task(runner.run(runner.plan(_tasks(2), 1)))
+    await started.wait()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert cancelled == ["task-1"]
+    assert [r["instance_id"] for r in _read(tmp_path / "rollouts.jsonl")] == ["task-0"]
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_bad_arguments_are_rejected(tmp_path):
+    """Zero concurrency or zero samples per task fail with the value named."""
+    with pytest.raises(ValueError, match="concurrency must be >= 1, got 0"):
+        Runner(lambda t, i: None, tmp_path, concurrency=0)
+    with pytest.raises(ValueError, match="samples_per_task must be >= 1, got 0"):
+        Runner(lambda t, i: None, tmp_path).plan(_tasks(1), 0)
