@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps system-deps demo test lint clean
+.PHONY: venv deps system-deps demo test bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: deps
 
 test: system-deps deps
 	$(BIN)/python -m pytest -q
+
+# Benchmarks print their figures and ratios against a baseline measured in the same run.
+bench: deps
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
