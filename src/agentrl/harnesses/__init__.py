@@ -8,3 +8,8 @@ from agentrl.hookspecs import hookimpl
 @hookimpl(trylast=True)
 def register_harnesses(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
+    from agentrl.harnesses.claude_code import ClaudeCodeHarness
+    from agentrl.harnesses.codex import CodexHarness
+
+    register(ClaudeCodeHarness)
+    register(CodexHarness)

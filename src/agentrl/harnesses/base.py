@@ -1,0 +1,464 @@
+"""The harness contract: put an agent CLI in a sandbox, point it at a session, run it.
+
+A harness installs its CLI (from host-side npm tarballs uploaded into the sandbox, or from
+an install the sandbox can already see), writes the CLI's own configuration so that every
+LLM call goes to one middleware session, and launches the CLI detached as the unprivileged
+agent user under a time budget. It never talks to the model itself.
+
+Everything a harness writes lives under its ``state_dir`` (outside the task's workdir), so
+the agent's diff never contains harness files.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import random
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from agentrl.sandboxes.base import (
+    EXIT_TIME_BUDGET_EXCEEDED,
+    Sandbox,
+    SandboxError,
+    cap_output,
+    exec_and_wait,
+)
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "EXIT_TIME_BUDGET_EXCEEDED",
+    "Harness",
+    "HarnessContext",
+    "HarnessError",
+    "jittered_backoff",
+    "parse_extra_args",
+    "parse_extra_env",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Where a harness keeps its CLI launcher, HOME, prompt and logs inside the sandbox.
+DEFAULT_STATE_DIR = "/tmp/agentrl-harness"
+#: The most of the agent's own log kept with a rollout result.
+MAX_AGENT_LOG_BYTES = 4 << 20
+#: npm failures worth retrying: network trouble and registry hiccups, not bad packages.
+_TRANSIENT_NPM = re.compile(
+    r"ECONNRESET|ETIMEDOUT|ESOCKETTIMEDOUT|EAI_AGAIN|ECONNREFUSED|ENOTFOUND|EPIPE|"
+    r"socket hang up|network|E429|E5\d\d|503 Service|502 Bad Gateway|504 Gateway",
+    re.IGNORECASE,
+)
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class HarnessError(Exception):
+    """The harness could not install, configure or launch its CLI."""
+
+
+def jittered_backoff(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): exponential, capped, full jitter."""
+    return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
+
+
+def _environ_value(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, str] | None:
+    for name in names:
+        raw = environ.get(name, "")
+        if raw.strip():
+            return name, raw
+    return None
+
+
+def parse_extra_args(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
+    """Extra CLI arguments from the first set variable of ``names``: a JSON list of strings.
+
+    A value that is not JSON is split like a shell command line, so
+    ``--max-turns 50`` works as well as ``["--max-turns", "50"]``.
+    """
+    found = _environ_value(environ, names)
+    if found is None:
+        return ()
+    name, raw = found
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return tuple(shlex.split(raw))
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
+        raise HarnessError(
+            f"{name} must be a JSON list of strings, got {raw[:200]!r}; "
+            f'set it like {name}=\'["--max-turns", "50"]\''
+        )
+    return tuple(str(v) for v in value)
+
+
+def parse_extra_env(environ: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """Extra CLI environment from the first set variable of ``names``: a JSON object."""
+    found = _environ_value(environ, names)
+    if found is None:
+        return {}
+    name, raw = found
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise HarnessError(
+            f"{name} is not valid JSON ({exc}); set it to an object such as "
+            f'{name}=\'{{"BASH_DEFAULT_TIMEOUT_MS": "600000"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise HarnessError(
+            f"{name} must be a JSON object of environment variables, got {type(value).__name__}; "
+            f'set it like {name}=\'{{"KEY": "value"}}\''
+        )
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+@attrs.frozen(kw_only=True)
+class HarnessContext:
+    """Where one run's CLI sends its LLM calls, and where and as whom it works.
+
+    ``base_url`` is the middleware root as reached from inside the sandbox (no ``/v1``);
+    ``api_key`` is the session token the middleware issued for this rollout.
+    """
+
+    base_url: str = attrs.field()
+    api_key: str
+    workdir: str
+    session_id: str = ""
+    user: str = "agent"
+    model: str | None = None
+
+    @base_url.validator
+    def _check_url(self, attribute: attrs.Attribute, value: str) -> None:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"HarnessContext.base_url: expected an http(s) URL, got {value!r}; "
+                "pass the middleware URL as seen from inside the sandbox (Sandbox.url_for)"
+            )
+
+
+@attrs.define(kw_only=True)
+class Harness(abc.ABC):
+    """One agent CLI: how to install it, configure it for a session, and run it.
+
+    Install sources, first that applies:
+
+    * ``tarballs``: host paths of npm tarballs (``npm pack`` output, the CLI's package plus
+      its platform package); uploaded and installed with ``npm install -g`` into
+      ``{state_dir}/npm``, retried with jittered backoff on transient npm failures.
+    * ``cli_path``: the CLI's executable as the sandbox sees it (e.g. a host install bound
+      read-only into a local sandbox).
+    * otherwise the CLI's binary name on the sandbox's ``PATH``.
+
+    ``node_tarball`` (a Node.js ``linux-x64`` tar archive on the host) is unpacked first
+    when the sandbox has no ``node``.
+    """
+
+    name: ClassVar[str]
+    #: The adapter protocol (wire API) the CLI speaks.
+    protocol: ClassVar[str]
+    #: The CLI executable's name.
+    binary: ClassVar[str]
+    #: The npm package that provides it.
+    npm_package: ClassVar[str]
+    #: Environment variables read for extra CLI arguments / environment, first set wins.
+    extra_args_vars: ClassVar[tuple[str, ...]] = ()
+    extra_env_vars: ClassVar[tuple[str, ...]] = ()
+    #: Workdir-relative paths the CLI may create that are never part of the agent's diff.
+    workspace_excludes: ClassVar[tuple[str, ...]] = ()
+
+    cli_path: str | None = None
+    tarballs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    node_tarball: str | None = None
+    model: str | None = None
+    extra_args: tuple[str, ...] | None = None
+    extra_env: dict[str, str] | None = None
+    state_dir: str = DEFAULT_STATE_DIR
+    install_attempts: int = 4
+    install_backoff: float = 2.0
+    environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        environ = os.environ if self.environ is None else self.environ
+        if self.extra_args is None:
+            self.extra_args = parse_extra_args(environ, self.extra_args_vars)
+        else:
+            self.extra_args = tuple(self.extra_args)
+        if self.extra_env is None:
+            self.extra_env = parse_extra_env(environ, self.extra_env_vars)
+        for path in (*self.tarballs, *([self.node_tarball] if self.node_tarball else [])):
+            if not pathlib.Path(path).is_file():
+                raise HarnessError(
+                    f"{self.name}: tarball {path!r} does not exist on this host; "
+                    f"build one with `npm pack {self.npm_package}` or drop the tarball option"
+                )
+        if self.install_attempts < 1:
+            raise HarnessError(f"install_attempts must be at least 1, got {self.install_attempts}")
+
+    # -- paths inside the sandbox ---------------------------------------------------------
+    @property
+    def launcher(self) -> str:
+        """A stable path to the installed CLI inside the sandbox (a symlink set by install)."""
+        return f"{self.state_dir}/bin/{self.binary}"
+
+    @property
+    def home(self) -> str:
+        return f"{self.state_dir}/home"
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.state_dir}/agent.log"
+
+    @property
+    def stderr_path(self) -> str:
+        return f"{self.state_dir}/agent.stderr"
+
+    @property
+    def prompt_path(self) -> str:
+        return f"{self.state_dir}/prompt.txt"
+
+    def path_env(self) -> str:
+        return f"{self.state_dir}/bin:{self.state_dir}/npm/bin:{self.state_dir}/node/bin:{_DEFAULT_PATH}"
+
+    # -- install ---------------------------------------------------------------------------
+    async def install(self, sandbox: Sandbox) -> str:
+        """Make the CLI runnable in ``sandbox``; returns the real path of its executable."""
+        q_state = shlex.quote(self.state_dir)
+        await self._root(sandbox, f"mkdir -p {q_state}/bin {q_state}/home && chmod 755 {q_state}")
+        if self.node_tarball:
+            await self._install_node(sandbox)
+        if self.tarballs:
+            target = await self._npm_install(sandbox)
+        else:
+            target = await self._find_preinstalled(sandbox)
+        await self._root(sandbox, f"ln -sfn {shlex.quote(target)} {shlex.quote(self.launcher)}")
+        probe = await sandbox.exec(
+            f"{shlex.quote(self.launcher)} --version",
+            user="root",
+            env={"PATH": self.path_env(), "HOME": self.home},
+            timeout=120,
+        )
+        if probe.exit_code != 0:
+            raise HarnessError(
+                f"{self.name}: `{self.binary} --version` failed in the sandbox "
+                f"(exit {probe.exit_code}): {(probe.stderr or probe.stdout).strip()[-800:]}; "
+                "check that the install matches the sandbox's OS and architecture"
+            )
+        logger.info("%s: installed %s (%s)", self.name, target, probe.stdout.strip()[:80])
+        return target
+
+    async def _find_preinstalled(self, sandbox: Sandbox) -> str:
+        candidates = [self.cli_path] if self.cli_path else []
+        where = self.cli_path or f"`{self.binary}` on the sandbox PATH"
+        script = (
+            f'p={shlex.quote(self.cli_path)}; [ -x "$p" ] && readlink -f "$p"'
+            if candidates
+            else f'p=$(command -v {shlex.quote(self.binary)}) && readlink -f "$p"'
+        )
+        found = await sandbox.exec(script, user="root", env={"PATH": self.path_env()}, timeout=30)
+        path = found.stdout.strip()
+        if found.exit_code != 0 or not path:
+            raise HarnessError(
+                f"{self.name}: no {self.binary} CLI found ({where} is missing or not "
+                "executable); pass cli_path= pointing at an install the sandbox can see, "
+                f"or tarballs= with the `npm pack {self.npm_package}` output"
+            )
+        return path
+
+    async def _install_node(self, sandbox: Sandbox) -> None:
+        has_node = await sandbox.exec(
+            "command -v node", user="root", env={"PATH": self.path_env()}, timeout=30
+        )
+        if has_node.exit_code == 0:
+            return
+        assert self.node_tarball is not None
+        remote = f"{self.state_dir}/{pathlib.Path(self.node_tarball).name}"
+        await sandbox.write_file(remote, pathlib.Path(self.node_tarball))
+        node_dir = shlex.quote(f"{self.state_dir}/node")
+        await self._root(
+            sandbox,
+            f"mkdir -p {node_dir} && tar -xf {shlex.quote(remote)} -C {node_dir} "
+            f"--strip-components=1 && rm -f {shlex.quote(remote)}",
+            timeout=300,
+        )
+
+    async def _npm_install(self, sandbox: Sandbox) -> str:
+        remote = []
+        for tarball in self.tarballs:
+            path = f"{self.state_dir}/pkgs/{pathlib.Path(tarball).name}"
+            await self._root(sandbox, f"mkdir -p {shlex.quote(self.state_dir)}/pkgs")
+            await sandbox.write_file(path, pathlib.Path(tarball))
+            remote.append(path)
+        prefix = f"{self.state_dir}/npm"
+        env = {
+            "PATH": self.path_env(),
+            "HOME": f"{self.state_dir}/npm-home",
+            "npm_config_prefix": prefix,
+            "npm_config_cache": f"{self.state_dir}/npm-cache",
+            "npm_config_update_notifier": "false",
+            "npm_config_fund": "false",
+            "npm_config_audit": "false",
+            "npm_config_engine_strict": "false",
+        }
+        cmd = "npm install -g --no-save --loglevel=error " + " ".join(map(shlex.quote, remote))
+        for attempt in range(1, self.install_attempts + 1):
+            result = await sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False)
+            if result.exit_code == 0:
+                break
+            output = (result.stderr + "\n" + result.stdout).strip()
+            transient = bool(_TRANSIENT_NPM.search(output))
+            if not transient or attempt == self.install_attempts:
+                raise HarnessError(
+                    f"{self.name}: `npm install -g` of {', '.join(self.tarballs)} failed "
+                    f"(exit {result.exit_code}, attempt {attempt}/{self.install_attempts}"
+                    f"{', transient' if transient else ''}): {output[-1500:]}"
+                )
+            delay = jittered_backoff(attempt, base=self.install_backoff)
+            logger.warning(
+                "%s: npm install failed transiently (attempt %d/%d), retrying in %.1fs: %s",
+                self.name,
+                attempt,
+                self.install_attempts,
+                delay,
+                output[-300:],
+            )
+            await asyncio.sleep(delay)
+        return await self._find_in_prefix(sandbox, prefix)
+
+    async def _find_in_prefix(self, sandbox: Sandbox, prefix: str) -> str:
+        path = f"{prefix}/bin/{self.binary}"
+        found = await sandbox.exec(f"readlink -f {shlex.quote(path)}", user="root", timeout=30)
+        target = found.stdout.strip()
+        if found.exit_code != 0 or not target:
+            raise HarnessError(
+                f"{self.name}: npm installed the tarballs but {path} is missing; "
+                f"are they the {self.npm_package} package (and its platform package)?"
+            )
+        return target
+
+    # -- configure / run -------------------------------------------------------------------
+    async def configure(self, sandbox: Sandbox, ctx: HarnessContext) -> None:
+        """Write the CLI's configuration for ``ctx`` and hand the harness dirs to the agent."""
+        files = self.config_files(ctx)
+        for path, content in files.items():
+            await sandbox.write_file(path, content)
+        await self._chown_state(sandbox, ctx.user)
+
+    async def _chown_state(self, sandbox: Sandbox, user: str) -> None:
+        if user == "root":
+            return
+        state = shlex.quote(self.state_dir)
+        q_user = shlex.quote(user)
+        owned = " ".join(
+            shlex.quote(p) for p in (self.home, f"{self.state_dir}/run", *self.owned_dirs())
+        )
+        await self._root(
+            sandbox,
+            f"mkdir -p {owned} && touch {shlex.quote(self.log_path)} "
+            f"{shlex.quote(self.stderr_path)} {shlex.quote(self.prompt_path)} && "
+            f"chown -R {q_user} {owned} {shlex.quote(self.log_path)} "
+            f"{shlex.quote(self.stderr_path)} {shlex.quote(self.prompt_path)} && "
+            f"chmod 755 {state}",
+        )
+
+    def owned_dirs(self) -> tuple[str, ...]:
+        """Directories (besides HOME) the CLI writes to while it runs."""
+        return ()
+
+    @abc.abstractmethod
+    def config_files(self, ctx: HarnessContext) -> dict[str, str]:
+        """Absolute sandbox path -> content of every config file the CLI needs."""
+
+    @abc.abstractmethod
+    def command(self, ctx: HarnessContext) -> list[str]:
+        """The CLI's argv (after the launcher), the prompt read from ``prompt_path`` last."""
+
+    def environment(self, ctx: HarnessContext, time_budget: float) -> dict[str, str]:
+        """The CLI's environment: base variables, the harness's own, then ``extra_env``."""
+        env = {
+            "HOME": self.home,
+            "PATH": self.path_env(),
+            "TERM": "dumb",
+            "LANG": "C.UTF-8",
+            "NO_COLOR": "1",
+        }
+        env.update(self.cli_environment(ctx, time_budget))
+        env.update(self.extra_env or {})
+        return env
+
+    @abc.abstractmethod
+    def cli_environment(self, ctx: HarnessContext, time_budget: float) -> dict[str, str]:
+        """Variables that point the CLI at the session."""
+
+    def shell_command(self, ctx: HarnessContext) -> str:
+        """The detached shell line: cd to the workdir, run the CLI, log its output."""
+        argv = [self.launcher, *self.command(ctx), *(self.extra_args or ())]
+        return (
+            f"cd {shlex.quote(ctx.workdir)} && exec {shlex.join(argv)} "
+            f'"$(cat {shlex.quote(self.prompt_path)})" '
+            f"> {shlex.quote(self.log_path)} 2> {shlex.quote(self.stderr_path)} < /dev/null"
+        )
+
+    async def run(
+        self, sandbox: Sandbox, ctx: HarnessContext, prompt: str, time_budget: float
+    ) -> int:
+        """Run the CLI on ``prompt`` as ``ctx.user``; its exit code, or -1 past the budget."""
+        await sandbox.write_file(self.prompt_path, prompt)
+        if ctx.user != "root":
+            await self._root(sandbox, f"chown {shlex.quote(ctx.user)} {self.prompt_path}")
+        result = await exec_and_wait(
+            sandbox,
+            self.shell_command(ctx),
+            time_budget=time_budget,
+            user=ctx.user,
+            env=self.environment(ctx, time_budget),
+            workdir=ctx.workdir,
+            want_output=False,
+        )
+        if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
+            logger.info("%s: time budget of %.0fs exceeded; CLI killed", self.name, time_budget)
+        elif result.exit_code != 0:
+            logger.info("%s: CLI exited with code %d", self.name, result.exit_code)
+        return result.exit_code
+
+    async def read_log(self, sandbox: Sandbox) -> str:
+        """The CLI's own output (stream-json / --json lines), then its stderr if any."""
+        parts = []
+        for path, label in ((self.log_path, None), (self.stderr_path, "stderr")):
+            try:
+                data = await sandbox.read_file(path, text=False)
+            except (SandboxError, OSError) as exc:
+                logger.debug("%s: could not read %s: %s", self.name, path, exc)
+                continue
+            text = cap_output(data, MAX_AGENT_LOG_BYTES)
+            if text.strip():
+                parts.append(text if label is None else f"[{label}]\n{text}")
+        return "\n".join(parts)
+
+    async def _root(self, sandbox: Sandbox, cmd: str, *, timeout: float = 120) -> None:
+        result = await sandbox.exec(cmd, user="root", timeout=timeout)
+        if result.exit_code != 0:
+            raise HarnessError(
+                f"{self.name}: setup command failed in the sandbox (exit {result.exit_code}): "
+                f"{cmd[:200]!r}: {(result.stderr or result.stdout).strip()[-800:]}"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary of this harness's settings (no secrets)."""
+        return {
+            "name": self.name,
+            "protocol": self.protocol,
+            "cli_path": self.cli_path,
+            "tarballs": list(self.tarballs),
+            "model": self.model,
+            "extra_args": list(self.extra_args or ()),
+            "extra_env": sorted(self.extra_env or {}),
+        }
