@@ -8,3 +8,6 @@ from agentrl.hookspecs import hookimpl
 @hookimpl(trylast=True)
 def register_sandboxes(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
+    from agentrl.sandboxes.local import LocalSandbox
+
+    register(LocalSandbox)

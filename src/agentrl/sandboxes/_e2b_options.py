@@ -1,0 +1,153 @@
+"""Options of the ``e2b`` sandbox: explicit arguments first, then environment defaults.
+
+The environment is read here and only here, when a sandbox is constructed (never at
+import). Each option has an ``AGENTRL_E2B_*`` variable; slime's names are accepted too, so
+an existing slime deployment works unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from agentrl.sandboxes.base import SandboxError
+
+__all__ = ["ENV_VARS", "E2BOptions", "RetryPolicy"]
+
+#: option -> environment variables consulted in order (first non-empty wins).
+ENV_VARS: dict[str, tuple[str, ...]] = {
+    "api_key": ("AGENTRL_E2B_API_KEY", "E2B_API_KEY"),
+    "domain": ("AGENTRL_E2B_DOMAIN", "E2B_DOMAIN"),
+    "api_url": ("AGENTRL_E2B_API_URL", "E2B_API_URL"),
+    "sandbox_url": ("AGENTRL_E2B_SANDBOX_URL", "E2B_SANDBOX_URL"),
+    "template": ("AGENTRL_E2B_TEMPLATE",),
+    "image_metadata_key": (
+        "AGENTRL_E2B_IMAGE_METADATA_KEY",
+        "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY",
+    ),
+    "size": ("AGENTRL_E2B_SIZE", "SLIME_AGENT_E2B_SANDBOX_SIZE"),
+    "lifetime_sec": ("AGENTRL_E2B_LIFETIME_SEC", "SLIME_AGENT_SANDBOX_LIFETIME_SEC"),
+    "rpc_retries": ("AGENTRL_E2B_RPC_RETRIES", "SLIME_AGENT_SANDBOX_RPC_RETRIES"),
+    "backoff_base_sec": ("AGENTRL_E2B_BACKOFF_BASE_SEC",),
+    "backoff_cap_sec": ("AGENTRL_E2B_BACKOFF_CAP_SEC",),
+    "request_timeout_sec": ("AGENTRL_E2B_REQUEST_TIMEOUT_SEC",),
+}
+_INT_OPTIONS = {"lifetime_sec", "rpc_retries"}
+_FLOAT_OPTIONS = {"backoff_base_sec", "backoff_cap_sec", "request_timeout_sec"}
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """Jittered exponential backoff: attempt ``n`` sleeps ``uniform(0, min(cap, base * 2**n))``."""
+
+    retries: int = 5
+    base_sec: float = 1.0
+    cap_sec: float = 32.0
+
+    def ceiling(self, attempt: int) -> float:
+        return min(self.cap_sec, self.base_sec * (2**attempt))
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The sleep before retry number ``attempt + 1`` (full jitter)."""
+        return (rng or random).uniform(0.0, self.ceiling(attempt))
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if value <= 0:
+        raise SandboxError(f"e2b option {attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if value < 0:
+        raise SandboxError(f"e2b option {attribute.name} must be 0 or more, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class E2BOptions:
+    """Everything the ``e2b`` backend needs besides the image.
+
+    ``rpc_retries`` counts re-sends after the first attempt (a transient failure on an
+    idempotent call is tried ``rpc_retries + 1`` times in all).
+    """
+
+    api_key: str | None = None
+    domain: str | None = None
+    api_url: str | None = None
+    sandbox_url: str | None = None
+    template: str | None = None
+    image_metadata_key: str | None = None
+    size: str | None = None
+    lifetime_sec: int = attrs.field(default=3600, validator=_positive)
+    rpc_retries: int = attrs.field(default=5, validator=_non_negative)
+    backoff_base_sec: float = attrs.field(default=1.0, validator=_non_negative)
+    backoff_cap_sec: float = attrs.field(default=32.0, validator=_non_negative)
+    request_timeout_sec: float = attrs.field(default=60.0, validator=_positive)
+    max_output_bytes: int | None = None
+    metadata: dict[str, str] = attrs.field(factory=dict, converter=dict)
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> E2BOptions:
+        """Explicit (non-None) arguments win; unset ones come from ``environ`` (default: os.environ)."""
+        unknown = set(explicit) - set(attrs.fields_dict(cls))
+        if unknown:
+            raise TypeError(
+                f"unknown e2b option(s) {sorted(unknown)}; expected some of "
+                f"{sorted(attrs.fields_dict(cls))}"
+            )
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {k: v for k, v in explicit.items() if v is not None}
+        for option, names in ENV_VARS.items():
+            if option in values:
+                continue
+            for name in names:
+                raw = env.get(name, "").strip()
+                if raw:
+                    values[option] = _parse(option, name, raw)
+                    break
+        return cls(**values)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            retries=self.rpc_retries, base_sec=self.backoff_base_sec, cap_sec=self.backoff_cap_sec
+        )
+
+    def size_metadata_key(self) -> str:
+        """Where the size goes: next to the routing key (``a/image`` -> ``a/size``), else ``size``."""
+        key = self.image_metadata_key or ""
+        return f"{key.rsplit('/', 1)[0]}/size" if "/" in key else "size"
+
+    def sdk_params(self) -> dict[str, Any]:
+        """Connection parameters for every e2b SDK call.
+
+        The SDK's own response retries are turned off (``retries=0``) so that one policy,
+        ours, decides what is re-sent; its connect-only retries stay (they never replay a
+        request the server may have received). Debug mode is pinned off so that a stray
+        ``E2B_DEBUG`` cannot skip sandbox creation.
+        """
+        params: dict[str, Any] = {
+            "retries": 0,
+            "debug": False,
+            "request_timeout": self.request_timeout_sec,
+        }
+        for option in ("api_key", "domain", "api_url", "sandbox_url"):
+            value = getattr(self, option)
+            if value:
+                params[option] = value
+        return params
+
+
+def _parse(option: str, name: str, raw: str) -> Any:
+    try:
+        if option in _INT_OPTIONS:
+            return int(raw)
+        if option in _FLOAT_OPTIONS:
+            return float(raw)
+    except ValueError:
+        kind = "an integer" if option in _INT_OPTIONS else "a number"
+        raise SandboxError(f"{name}={raw!r} is not {kind}; set it to {kind} or unset it") from None
+    return raw

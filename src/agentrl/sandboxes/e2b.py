@@ -1,0 +1,388 @@
+"""The ``e2b`` sandbox: one E2B sandbox per rollout or grading run, through the real e2b SDK.
+
+The task's image is sent as sandbox metadata under the routing key your E2B gateway
+routes images by (``image_metadata_key``), next to an optional size. Calls that fail with
+a transient client error (HTTP/2 or TLS protocol errors, connection resets, timeouts,
+5xx from the edge) are re-sent with jittered exponential backoff after a connection-pool
+reset, but only when the call is idempotent: a command sent with ``idempotent=False`` is
+never re-sent, so it cannot run twice. A sandbox that no longer exists raises
+``SandboxGoneError`` at once. The sandbox is killed on exit whatever happened; a failed
+kill is logged (the sandbox then ends when its lifetime runs out).
+
+The e2b SDK is imported only when a sandbox is constructed (``pip install 'agentrl[e2b]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import pathlib
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from agentrl.sandboxes._e2b_errors import Verdict, classify, rebuild_handle, reset_sdk_transports
+from agentrl.sandboxes._e2b_options import E2BOptions
+from agentrl.sandboxes.base import (
+    EXIT_EXEC_TIMEOUT,
+    Sandbox,
+    SandboxError,
+    SandboxGoneError,
+    cap_output,
+    check_result,
+)
+from agentrl.types import ExecResult, Task
+
+__all__ = ["E2BSandbox", "RetryEvent"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The SDK's own deadline on a command stream sits this far behind ours, as a backstop.
+_STREAM_DEADLINE_GRACE_SEC = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class RetryEvent:
+    """One transient failure that was retried: which call, which attempt, how long we slept."""
+
+    operation: str
+    attempt: int
+    delay_sec: float
+    error: str
+
+
+def _import_sdk() -> Any:
+    try:
+        import e2b
+    except ImportError as exc:
+        raise ImportError(
+            "the 'e2b' sandbox needs the e2b SDK, which is not installed; "
+            "install it with: pip install 'agentrl[e2b]'"
+        ) from exc
+    return e2b
+
+
+class E2BSandbox(Sandbox):
+    """A sandbox on E2B (or any gateway that speaks the E2B API), driven by the e2b SDK.
+
+    Options are keyword arguments; any left as None comes from the environment (see
+    ``agentrl.sandboxes._e2b_options.ENV_VARS``; ``environ`` replaces ``os.environ``).
+    An image needs ``image_metadata_key``; without an image, ``template`` must be set.
+    """
+
+    name = "e2b"
+
+    def __init__(
+        self,
+        image: str | None = None,
+        *,
+        workdir: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        rng: random.Random | None = None,
+        **options: Any,
+    ) -> None:
+        self.options = E2BOptions.resolve(environ, **options)
+        self.image = image
+        self.workdir = workdir
+        self._boot_metadata = self._metadata_for(image)
+        self._sdk = _import_sdk()
+        self._rng = rng or random.Random()
+        self._handle: Any = None
+        self.sandbox_id: str | None = None
+        #: Every retried transient failure of this sandbox, in order.
+        self.retry_log: list[RetryEvent] = []
+
+    @classmethod
+    def from_task(cls, task: Task, **options: Any) -> E2BSandbox:
+        return cls(task.image, workdir=task.workdir, **options)
+
+    def _metadata_for(self, image: str | None) -> dict[str, str]:
+        """The creation metadata; every configuration error surfaces here, before any request."""
+        metadata = dict(self.options.metadata)
+        key = self.options.image_metadata_key
+        if image:
+            if not key:
+                raise SandboxError(
+                    f"cannot route image {image!r}: no image metadata key is set. Set "
+                    "AGENTRL_E2B_IMAGE_METADATA_KEY (or SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY) "
+                    "to the metadata key your E2B gateway routes images by (often 'image'), "
+                    "or pass image_metadata_key=..."
+                )
+            metadata[key] = image
+            if self.options.size:
+                metadata[self.options.size_metadata_key()] = self.options.size
+        elif not self.options.template:
+            raise SandboxError(
+                "an e2b sandbox needs an image (task.image, routed by image_metadata_key) "
+                "or a template (AGENTRL_E2B_TEMPLATE); neither is set"
+            )
+        return metadata
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._handle is not None:
+            raise SandboxError(f"e2b sandbox {self.sandbox_id} is already started")
+        options = self.options
+        # Re-sending a creation with the same key returns the same sandbox, never a second one.
+        idempotency_key = str(uuid.uuid4())
+        what = f"create e2b sandbox (image {self.image!r}, template {options.template!r})"
+        self._handle = await self._call(
+            what,
+            lambda: self._sdk.AsyncSandbox.create(
+                template=options.template,
+                timeout=options.lifetime_sec,
+                metadata=self._boot_metadata,
+                idempotency_key=idempotency_key,
+                **options.sdk_params(),
+            ),
+            booting=True,
+        )
+        self.sandbox_id = self._handle.sandbox_id
+        logger.info("e2b sandbox %s started (image %s)", self.sandbox_id, self.image)
+
+    async def aclose(self) -> None:
+        if self._handle is None:
+            return
+        try:
+            killed = await self._call(
+                f"kill e2b sandbox {self.sandbox_id}", lambda: self._started().kill()
+            )
+            if not killed:
+                logger.info("e2b sandbox %s was already gone at exit", self.sandbox_id)
+        except Exception as exc:
+            logger.warning(
+                "could not kill e2b sandbox %s (%s); it ends when its lifetime of %ss runs out",
+                self.sandbox_id,
+                exc,
+                self.options.lifetime_sec,
+            )
+        finally:
+            self._handle = None
+
+    # -- retry core ------------------------------------------------------------------------
+    def _started(self) -> Any:
+        if self._handle is None:
+            raise SandboxError("the e2b sandbox is not started; use it as `async with sandbox:`")
+        return self._handle
+
+    def _reset_connections(self) -> None:
+        reset_sdk_transports()
+        if self._handle is not None:
+            self._handle = rebuild_handle(self._handle)
+
+    async def _call(
+        self,
+        operation: str,
+        attempt_once: Callable[[], Awaitable[T]],
+        *,
+        idempotent: bool = True,
+        booting: bool = False,
+    ) -> T:
+        """Run ``attempt_once``; re-send it after transient failures if it is idempotent."""
+        policy = self.options.retry_policy
+        attempt = 0
+        while True:
+            try:
+                return await attempt_once()
+            except (asyncio.CancelledError, SandboxError, ImportError):
+                raise
+            except Exception as exc:
+                if _is_missing_file(exc):
+                    raise FileNotFoundError(f"{operation}: no such file ({exc})") from exc
+                verdict = classify(exc)
+                if verdict is Verdict.GONE and not booting:
+                    raise SandboxGoneError(
+                        f"{operation}: e2b sandbox {self.sandbox_id} no longer exists ({exc}); "
+                        f"it was killed or its lifetime ({self.options.lifetime_sec}s) ran out. "
+                        "Start a new sandbox (or raise AGENTRL_E2B_LIFETIME_SEC)."
+                    ) from exc
+                if verdict is not Verdict.TRANSIENT:
+                    raise self._fatal(operation, exc, booting) from exc
+                if not idempotent:
+                    raise SandboxError(
+                        f"{operation} failed with a transient error ({type(exc).__name__}: "
+                        f"{exc}); it was not re-sent because the call is not idempotent and "
+                        "could have run already. Check its effects before running it again."
+                    ) from exc
+                if attempt >= policy.retries:
+                    raise SandboxError(
+                        f"{operation} failed after {attempt + 1} attempts; last error "
+                        f"{type(exc).__name__}: {exc}. Raise AGENTRL_E2B_RPC_RETRIES or check "
+                        "the network path to the E2B API / sandbox."
+                    ) from exc
+                delay = policy.delay(attempt, self._rng)
+                self.retry_log.append(
+                    RetryEvent(
+                        operation=operation,
+                        attempt=attempt + 1,
+                        delay_sec=delay,
+                        error=f"{type(exc).__name__}: {exc}"[:300],
+                    )
+                )
+                logger.warning(
+                    "%s: transient %s (retry %d/%d in %.2fs, fresh connections): %s",
+                    operation,
+                    type(exc).__name__,
+                    attempt + 1,
+                    policy.retries,
+                    delay,
+                    str(exc)[:200],
+                )
+                self._reset_connections()
+                await asyncio.sleep(delay)
+                attempt += 1
+
+    def _fatal(self, operation: str, exc: Exception, booting: bool) -> SandboxError:
+        if booting:
+            target = (
+                self.options.api_url or f"the E2B API of domain {self.options.domain or 'e2b.app'}"
+            )
+            return SandboxError(
+                f"{operation} was refused by {target}: {type(exc).__name__}: {exc}. Check the "
+                "API key, that the gateway knows the image / template, and the metadata key "
+                f"{self.options.image_metadata_key!r}."
+            )
+        return SandboxError(f"{operation} failed: {type(exc).__name__}: {exc}")
+
+    # -- commands --------------------------------------------------------------------------
+    async def exec(
+        self,
+        cmd: str,
+        *,
+        user: str = "root",
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120,
+        check: bool = False,
+        idempotent: bool = True,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        result = await self._call(
+            f"exec {cmd[:80]!r} in e2b sandbox {self.sandbox_id}",
+            lambda: self._exec_once(cmd, user=user, env=env, timeout=timeout, workdir=workdir),
+            idempotent=idempotent,
+        )
+        return check_result(cmd, result, check)
+
+    async def _exec_once(
+        self,
+        cmd: str,
+        *,
+        user: str,
+        env: Mapping[str, str] | None,
+        timeout: float,
+        workdir: str | None,
+    ) -> ExecResult:
+        from e2b.sandbox.commands.command_handle import CommandExitException
+
+        limit = self.options.max_output_bytes
+        handle = await self._started().commands.run(
+            cmd,
+            background=True,
+            envs=dict(env) if env else None,
+            user=user,
+            cwd=workdir,
+            timeout=timeout + _STREAM_DEADLINE_GRACE_SEC,
+            request_timeout=self.options.request_timeout_sec,
+        )
+        try:
+            done = await asyncio.wait_for(handle.wait(), timeout)
+        except CommandExitException as exited:
+            return ExecResult(
+                exit_code=exited.exit_code,
+                stdout=cap_output(exited.stdout or "", limit),
+                stderr=cap_output(exited.stderr or "", limit),
+            )
+        except asyncio.TimeoutError:
+            await self._kill_process(handle)
+            note = f"\n[agentrl: command timed out after {timeout:g}s and was killed]\n"
+            return ExecResult(
+                exit_code=EXIT_EXEC_TIMEOUT,
+                stdout=cap_output(handle.stdout or "", limit),
+                stderr=cap_output(handle.stderr or "", limit) + note,
+            )
+        return ExecResult(
+            exit_code=done.exit_code,
+            stdout=cap_output(done.stdout or "", limit),
+            stderr=cap_output(done.stderr or "", limit),
+        )
+
+    async def _kill_process(self, handle: Any) -> None:
+        try:
+            await handle.kill()
+        except Exception as exc:
+            logger.warning("could not kill timed-out pid %s: %s", handle.pid, exc)
+        try:
+            await handle.disconnect()
+        except Exception as exc:
+            logger.debug("disconnect from pid %s: %s", handle.pid, exc)
+
+    # -- files -----------------------------------------------------------------------------
+    async def write_file(
+        self, path: str, content: str | bytes | pathlib.Path, *, user: str = "root"
+    ) -> None:
+        if isinstance(content, pathlib.Path):
+            if not await asyncio.to_thread(content.is_file):
+                raise FileNotFoundError(
+                    f"cannot upload {content} to {path}: it is not a file on the host"
+                )
+            host_path = content
+
+            async def upload() -> None:
+                # Opened per attempt, so a retry re-streams from the first byte.
+                with host_path.open("rb") as stream:
+                    await self._started().files.write(
+                        path, stream, user=user, use_octet_stream=True
+                    )
+
+            await self._call(f"upload {host_path} -> {path}", upload)
+            return
+        if not isinstance(content, (str, bytes)):
+            raise TypeError(
+                f"write_file content must be str, bytes or pathlib.Path, not {type(content).__name__}"
+            )
+        await self._call(
+            f"write {path} ({len(content)} {'chars' if isinstance(content, str) else 'bytes'})",
+            lambda: self._started().files.write(path, content, user=user),
+        )
+
+    async def read_file(self, path: str, *, user: str = "root", text: bool = True) -> str | bytes:
+        data = await self._call(
+            f"read {path} in e2b sandbox {self.sandbox_id}",
+            lambda: self._started().files.read(path, format="bytes", user=user),
+        )
+        raw = bytes(data)
+        return raw.decode("utf-8", errors="replace") if text else raw
+
+    # -- networking ------------------------------------------------------------------------
+    def url_for(self, host: str, port: int) -> str:
+        """``http://host:port``: the sandbox reaches the host over the network.
+
+        ``host`` must be an address the sandbox can route to (the host's public or VPC
+        address), not a loopback or wildcard address.
+        """
+        try:
+            address = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            address = None
+        if host in ("localhost",) or (
+            address is not None and (address.is_loopback or address.is_unspecified)
+        ):
+            logger.warning(
+                "url_for(%r): an e2b sandbox cannot reach the host at a loopback or wildcard "
+                "address; pass an address routable from the sandbox",
+                host,
+            )
+        if address is not None and address.version == 6:
+            return f"http://[{address}]:{port}"
+        return f"http://{host}:{port}"
+
+
+def _is_missing_file(exc: BaseException | None) -> bool:
+    return exc is not None and any(
+        klass.__name__ == "FileNotFoundException" for klass in type(exc).__mro__
+    )
