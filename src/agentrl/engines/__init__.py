@@ -8,3 +8,8 @@ from agentrl.hookspecs import hookimpl
 @hookimpl(trylast=True)
 def register_engines(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
+    from agentrl.engines.sglang import SGLangEngine
+    from agentrl.engines.transformers import TransformersEngine
+
+    register(SGLangEngine)
+    register(TransformersEngine)

@@ -1,0 +1,215 @@
+"""The ``sglang`` engine: a client for SGLang's (or its router's) ``POST /generate``.
+
+Public API::
+
+    engine = SGLangEngine(url, *, sock_read_timeout=900.0, total_timeout=None,
+                          abort_timeout=5.0, default_sampling=None, headers=None,
+                          max_connections=0)
+    await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
+    await engine.abort(rid)      # POST /abort_request {"rid": rid}; never raises
+    await engine.aclose()
+    DEFAULT_SAMPLING             # what every request starts from (caller's params win)
+
+Each call sends ``{"rid", "input_ids", "sampling_params", "return_logprob": true}`` and, for
+a ``routing_key``, the ``X-SMG-Routing-Key`` header (the SGLang router's session
+affinity). The reply's ``meta_info.output_token_logprobs`` entries are
+``[logprob, token_id, …]``; ``meta_info.finish_reason.type`` becomes
+``Generation.finish_reason`` (``stop`` when absent). ``Generation.meta`` carries ``rid``,
+``prompt_tokens``, ``cached_tokens``, ``weight_version``, ``matched_stop`` and
+``latency_s`` where known.
+
+Cancelling ``generate`` (the client went away), a timeout or a connection error sends
+``/abort_request`` for its ``rid`` so the server stops decoding. HTTP errors, connection
+errors, timeouts and malformed replies raise ``EngineError`` with the status and a body
+excerpt. One pooled ``aiohttp.ClientSession`` serves every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import aiohttp
+
+from agentrl.engines.base import Engine, EngineError, Generation
+
+__all__ = ["DEFAULT_SAMPLING", "SGLangEngine"]
+
+logger = logging.getLogger(__name__)
+
+#: Token-in-token-out needs the raw tokens: no special-token skipping, no stop trimming.
+DEFAULT_SAMPLING: dict[str, Any] = {
+    "skip_special_tokens": False,
+    "spaces_between_special_tokens": False,
+    "no_stop_trim": True,
+}
+
+_EXCERPT = 500
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
+
+
+class SGLangEngine(Engine):
+    """Token-level generation over SGLang's native HTTP API."""
+
+    name: ClassVar[str] = "sglang"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        sock_read_timeout: float | None = 900.0,
+        total_timeout: float | None = None,
+        abort_timeout: float = 5.0,
+        default_sampling: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 0,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"SGLangEngine url: expected http(s)://host:port of an SGLang server or "
+                f"router, got {url!r}"
+            )
+        self.url = url.rstrip("/")
+        self.timeout = aiohttp.ClientTimeout(total=total_timeout, sock_read=sock_read_timeout)
+        self.abort_timeout = abort_timeout
+        self.default_sampling = {**DEFAULT_SAMPLING, **(default_sampling or {})}
+        self.headers = dict(headers or {})
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self.timeout, headers=self.headers
+            )
+        return self._session
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any],
+        *,
+        rid: str | None = None,
+        routing_key: str | None = None,
+    ) -> Generation:
+        """POST /generate and return exactly what was sampled."""
+        rid = rid or uuid.uuid4().hex
+        payload = {
+            "rid": rid,
+            "input_ids": list(input_ids),
+            "sampling_params": {**self.default_sampling, **sampling_params},
+            "return_logprob": True,
+        }
+        headers = {"X-SMG-Routing-Key": routing_key} if routing_key else None
+        started = time.monotonic()
+        try:
+            async with self._client().post(
+                f"{self.url}/generate", json=payload, headers=headers
+            ) as response:
+                status = response.status
+                body = await response.text()
+        except asyncio.CancelledError:
+            await self._abort_quietly(rid)
+            raise
+        except asyncio.TimeoutError as exc:
+            await self._abort_quietly(rid)
+            raise EngineError(
+                f"SGLang /generate at {self.url} timed out (rid {rid}); the request was "
+                "aborted. Raise sock_read_timeout/total_timeout or lower max_new_tokens"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            await self._abort_quietly(rid)
+            raise EngineError(
+                f"SGLang /generate at {self.url} failed: {type(exc).__name__}: {exc}. "
+                "Check that the server or router is running and reachable"
+            ) from exc
+        if status >= 400:
+            raise EngineError(
+                f"SGLang /generate at {self.url} returned HTTP {status}: {_excerpt(body)}",
+                status=status,
+                body=_excerpt(body),
+            )
+        return self._parse(body, status, rid, time.monotonic() - started)
+
+    def _parse(self, body: str, status: int, rid: str, latency: float) -> Generation:
+        def bad(reason: str) -> EngineError:
+            return EngineError(
+                f"SGLang /generate at {self.url} sent a reply agentrl cannot read ({reason}): "
+                f"{_excerpt(body)}",
+                status=status,
+                body=_excerpt(body),
+            )
+
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError:
+            raise bad("not JSON") from None
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        if not isinstance(meta, dict):
+            raise bad("no meta_info object")
+        entries = meta.get("output_token_logprobs")
+        if entries is None:
+            raise bad("no meta_info.output_token_logprobs; is return_logprob supported?")
+        try:
+            output_ids = [int(entry[1]) for entry in entries]
+            logprobs = [float(entry[0]) if entry[0] is not None else 0.0 for entry in entries]
+        except (TypeError, ValueError, IndexError):
+            raise bad("output_token_logprobs entries must be [logprob, token_id, …]") from None
+        finish = meta.get("finish_reason")
+        finish_type = finish.get("type") if isinstance(finish, dict) else finish
+        extra: dict[str, Any] = {"rid": rid, "latency_s": latency}
+        for key in ("prompt_tokens", "cached_tokens", "completion_tokens", "weight_version"):
+            if key in meta:
+                extra[key] = meta[key]
+        if isinstance(finish, dict) and "matched" in finish:
+            extra["matched_stop"] = finish["matched"]
+        return Generation(
+            output_ids=output_ids,
+            logprobs=logprobs,
+            finish_reason=str(finish_type or "stop"),
+            meta=extra,
+        )
+
+    async def abort(self, rid: str) -> None:
+        """Ask the server to stop ``rid`` (best effort, never raises)."""
+        await self._abort_quietly(rid)
+
+    async def _abort_quietly(self, rid: str) -> None:
+        session = self._session
+        if session is None or session.closed:
+            return
+        try:
+            # Shielded: the caller may itself be cancelled while the abort is in flight.
+            await asyncio.shield(self._post_abort(session, rid))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("SGLang /abort_request for rid %s failed: %r", rid, exc)
+
+    async def _post_abort(self, session: aiohttp.ClientSession, rid: str) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.abort_timeout)
+        async with session.post(
+            f"{self.url}/abort_request", json={"rid": rid}, timeout=timeout
+        ) as response:
+            if response.status >= 400:
+                logger.warning(
+                    "SGLang /abort_request for rid %s returned HTTP %s", rid, response.status
+                )
+
+    async def aclose(self) -> None:
+        """Close the pooled HTTP session."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None

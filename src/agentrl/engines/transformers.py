@@ -1,0 +1,239 @@
+"""The ``transformers`` engine: a Hugging Face causal LM run in-process (CPU demos, tests).
+
+Public API::
+
+    engine = TransformersEngine(model_path, *, device="cpu", dtype="float32", seed=None,
+                                stop_token_ids=None)
+    await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
+    await engine.abort(rid)      # the request stops after its current token, finish "abort"
+    await engine.aclose()
+
+``model_path`` must be a local directory (config.json plus weights); nothing is fetched
+from the hub. ``sampling_params`` follow SGLang's names: ``temperature`` (default 1.0; 0
+means greedy), ``top_p`` (1.0), ``top_k`` (-1 = off), ``min_p`` (0), ``max_new_tokens``
+(128), ``stop_token_ids`` (added to the model's EOS ids unless ``ignore_eos``) and
+``sampling_seed``. Unsupported keys (``stop`` strings, penalties) are ignored with a
+debug log. The reported log-prob of each token is under the distribution it was actually
+sampled from — after temperature, top-k, top-p and min-p, renormalised — so greedy
+tokens report 0.0. Decoding runs in a worker thread (one request at a time; the model is
+not re-entrant) so the event loop stays free. torch and transformers load on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentrl.engines.base import Engine, EngineError, Generation
+
+__all__ = ["TransformersEngine"]
+
+logger = logging.getLogger(__name__)
+
+_SUPPORTED = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_new_tokens",
+    "stop_token_ids",
+    "ignore_eos",
+    "sampling_seed",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+}
+
+
+class TransformersEngine(Engine):
+    """Samples from a local Hugging Face causal LM, recording each token's log-prob."""
+
+    name: ClassVar[str] = "transformers"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        path = Path(model_path).expanduser()
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise EngineError(
+                f"transformers engine: {str(path)!r} is not a local model directory (expected "
+                "config.json and weights there; download the model first, nothing is fetched)"
+            )
+        self.model_path = path
+        self.device = device
+        self.dtype = dtype
+        self.seed = seed
+        self.extra_stop_ids = tuple(stop_token_ids or ())
+        self._model: Any = None
+        self._eos_ids: tuple[int, ...] = ()
+        self._load_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-hf")
+        self._cancelled: set[str] = set()
+        self._running: set[str] = set()
+
+    # -- model -----------------------------------------------------------------
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._model is not None:
+                return self._model
+            try:
+                import torch
+                from transformers import AutoModelForCausalLM
+            except ImportError as exc:
+                raise EngineError(
+                    "the transformers engine needs torch and transformers; install them with: "
+                    "pip install 'agentrl[hf]'"
+                ) from exc
+            try:
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(self.model_path), local_files_only=True, dtype=getattr(torch, self.dtype)
+                )
+            except Exception as exc:
+                raise EngineError(
+                    f"transformers engine could not load the model at {str(self.model_path)!r}: "
+                    f"{exc}"
+                ) from exc
+            model.to(self.device).eval()
+            eos = getattr(model.generation_config, "eos_token_id", None)
+            if eos is None:
+                eos = getattr(model.config, "eos_token_id", None)
+            if isinstance(eos, int):
+                eos = [eos]
+            self._eos_ids = tuple(eos or ())
+            self._model = model
+            return model
+
+    # -- engine API --------------------------------------------------------------
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any],
+        *,
+        rid: str | None = None,
+        routing_key: str | None = None,
+    ) -> Generation:
+        """Sample a continuation in the worker thread; cancellation stops it promptly."""
+        rid = rid or uuid.uuid4().hex
+        if not input_ids:
+            raise EngineError("transformers engine: input_ids is empty; expected a prompt")
+        ignored = sorted(set(sampling_params) - _SUPPORTED)
+        if ignored:
+            logger.debug("transformers engine ignores sampling params %s", ignored)
+        loop = asyncio.get_running_loop()
+        self._running.add(rid)
+        future = loop.run_in_executor(
+            self._executor, self._generate_sync, list(input_ids), dict(sampling_params), rid
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self._cancelled.add(rid)
+            raise
+        finally:
+            if future.done():
+                self._running.discard(rid)
+                self._cancelled.discard(rid)
+            else:
+                future.add_done_callback(lambda _f: self._forget(rid))
+
+    def _forget(self, rid: str) -> None:
+        self._running.discard(rid)
+        self._cancelled.discard(rid)
+
+    async def abort(self, rid: str) -> None:
+        """Stop ``rid`` after its current token (its result finishes with ``abort``)."""
+        if rid in self._running:
+            self._cancelled.add(rid)
+
+    async def aclose(self) -> None:
+        """Stop the worker thread (waits for the current token) and drop the model."""
+        self._cancelled.update(self._running)
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        self._model = None
+
+    # -- sampling ------------------------------------------------------------------
+    def _generate_sync(self, input_ids: list[int], params: dict[str, Any], rid: str) -> Generation:
+        import torch
+
+        model = self._load()
+        temperature = float(params.get("temperature", 1.0))
+        top_p = float(params.get("top_p", 1.0))
+        top_k = int(params.get("top_k", -1))
+        min_p = float(params.get("min_p", 0.0))
+        max_new = int(params.get("max_new_tokens", 128))
+        stop_ids = set(params.get("stop_token_ids") or ()) | set(self.extra_stop_ids)
+        if not params.get("ignore_eos"):
+            stop_ids |= set(self._eos_ids)
+        seed = params.get("sampling_seed", self.seed)
+        generator = torch.Generator(device=self.device)
+        if seed is not None:
+            generator.manual_seed(int(seed))
+        else:
+            generator.seed()
+
+        output_ids: list[int] = []
+        logprobs: list[float] = []
+        finish = "length"
+        with torch.inference_mode():
+            tokens = torch.tensor([input_ids], device=self.device)
+            past = None
+            for _ in range(max_new):
+                if rid in self._cancelled:
+                    finish = "abort"
+                    break
+                out = model(input_ids=tokens, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[0, -1].float()
+                token, logprob = _sample(
+                    logits, temperature, top_p, top_k, min_p, generator=generator
+                )
+                output_ids.append(token)
+                logprobs.append(logprob)
+                if token in stop_ids:
+                    finish = "stop"
+                    break
+                tokens = torch.tensor([[token]], device=self.device)
+        return Generation(
+            output_ids=output_ids,
+            logprobs=logprobs,
+            finish_reason=finish,
+            meta={"rid": rid, "prompt_tokens": len(input_ids)},
+        )
+
+
+def _sample(
+    logits: Any, temperature: float, top_p: float, top_k: int, min_p: float, *, generator: Any
+) -> tuple[int, float]:
+    """Sample one token; return it with its log-prob under the (filtered) sampling distribution."""
+    import torch
+
+    if temperature <= 0.0:
+        return int(torch.argmax(logits).item()), 0.0
+    scores = logits / temperature
+    if 0 < top_k < scores.numel():
+        kth = torch.topk(scores, top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if min_p > 0.0:
+        probs = torch.softmax(scores, dim=-1)
+        scores = scores.masked_fill(probs < min_p * probs.max(), float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        cumulative = torch.cumsum(torch.softmax(sorted_scores, dim=-1), dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = cumulative - torch.softmax(sorted_scores, dim=-1) >= top_p
+        scores = scores.scatter(0, order, sorted_scores.masked_fill(drop, float("-inf")))
+    log_probs = torch.log_softmax(scores, dim=-1)
+    token = int(torch.multinomial(log_probs.exp(), 1, generator=generator).item())
+    return token, float(log_probs[token].item())
