@@ -7,6 +7,7 @@ attrs, so any trainer can use it.
 from __future__ import annotations
 
 from agentrl.hookspecs import hookimpl
+from agentrl.trajectory import TrainingSample, TrajectoryManager, TurnRecord
 from agentrl.types import ExecResult, Grade, Outcome, RolloutFinishedEvent, Task, TurnRecordedEvent
 
 __version__ = "0.1.0"
@@ -17,6 +18,9 @@ __all__ = [
     "Outcome",
     "RolloutFinishedEvent",
     "Task",
+    "TrainingSample",
+    "TrajectoryManager",
+    "TurnRecord",
     "TurnRecordedEvent",
     "__version__",
     "hookimpl",
