@@ -1,0 +1,317 @@
+"""Anthropic Messages API, as Claude Code 2.1.x speaks it.
+
+Requests: ``POST /v1/messages?beta=true`` with ``system`` as text blocks (with
+``cache_control``), ``role: "system"`` messages in the middle of the list, ``tool_use`` /
+``tool_result`` blocks (string, list and ``is_error`` forms), thinking blocks with
+signatures, and fields that do not apply to a local policy (``thinking``,
+``context_management``, ``output_config``, ``metadata``), which are accepted and ignored.
+Replies: thinking, text and tool_use blocks with ``stop_reason`` ``tool_use`` /
+``end_turn`` / ``max_tokens``, as JSON or as the SSE sequence ``message_start`` …
+``message_stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from agentrl.adapters.protocol import (
+    Adapter,
+    AssistantTurn,
+    ChatRequest,
+    ProtocolError,
+    chat_tool_call,
+    expect_type,
+    fold_system_messages,
+    function_tool,
+    int_field,
+    number_field,
+    open_sse,
+    sse_event,
+    stop_field,
+)
+
+__all__ = ["AnthropicAdapter"]
+
+logger = logging.getLogger(__name__)
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def _text_of(content: Any, field: str) -> str:
+    """Join the text of a string or a list of content blocks (images become a marker)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    expect_type(content, list, field)
+    parts = []
+    for i, block in enumerate(content):
+        expect_type(block, dict, f"{field}[{i}]", optional=False)
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(expect_type(block.get("text"), str, f"{field}[{i}].text") or "")
+        elif kind in ("image", "document"):
+            parts.append(f"[{kind} omitted]")
+        elif "text" in block and isinstance(block["text"], str):
+            parts.append(block["text"])
+    return "\n".join(parts)
+
+
+def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
+    text = _text_of(block.get("content"), f"{field}.content")
+    if block.get("is_error") is True and not text.startswith("<tool_use_error>"):
+        text = f"<tool_use_error>{text}</tool_use_error>"
+    return text
+
+
+def translate_assistant(content: Any, field: str) -> tuple[dict[str, Any], list[str]]:
+    """An assistant message's blocks as one chat message, plus the wire ids it carries."""
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}, []
+    expect_type(content, list, field, optional=False)
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    ids: list[str] = []
+    for i, block in enumerate(content):
+        expect_type(block, dict, f"{field}[{i}]", optional=False)
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(expect_type(block.get("text"), str, f"{field}[{i}].text") or "")
+        elif kind == "thinking":
+            thinking.append(expect_type(block.get("thinking"), str, f"{field}[{i}].thinking") or "")
+            if isinstance(block.get("signature"), str):
+                ids.append(block["signature"])
+        elif kind in ("tool_use", "server_tool_use"):
+            name = expect_type(block.get("name"), str, f"{field}[{i}].name", optional=False)
+            arguments = expect_type(block.get("input"), dict, f"{field}[{i}].input")
+            calls.append(chat_tool_call(name, arguments or {}))
+            if isinstance(block.get("id"), str):
+                ids.append(block["id"])
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
+    if calls:
+        message["tool_calls"] = calls
+    return message, ids
+
+
+def translate_messages(
+    raw_messages: Any, system: Any
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, str], ...]]:
+    """Anthropic ``system`` + ``messages`` -> chat-template messages and replayed ids."""
+    expect_type(raw_messages, list, "messages", optional=False)
+    messages: list[dict[str, Any]] = []
+    system_text = _text_of(system, "system")
+    if system_text:
+        messages.append({"role": "system", "content": system_text})
+    pending_ids: list[tuple[int, str]] = []
+    for i, raw in enumerate(raw_messages):
+        field = f"messages[{i}]"
+        expect_type(raw, dict, field, optional=False)
+        role = raw.get("role")
+        content = raw.get("content")
+        if role == "assistant":
+            message, ids = translate_assistant(content, f"{field}.content")
+            pending_ids.extend((len(messages), wire_id) for wire_id in ids)
+            messages.append(message)
+        elif role == "system":
+            messages.append({"role": "system", "content": _text_of(content, f"{field}.content")})
+        elif role == "user":
+            if isinstance(content, str):
+                messages.append({"role": "user", "content": content})
+                continue
+            expect_type(content, list, f"{field}.content", optional=False)
+            texts: list[str] = []
+            for j, block in enumerate(content):
+                bfield = f"{field}.content[{j}]"
+                expect_type(block, dict, bfield, optional=False)
+                if block.get("type") == "tool_result":
+                    if texts:
+                        messages.append({"role": "user", "content": "\n".join(texts)})
+                        texts = []
+                    messages.append({"role": "tool", "content": _tool_result_text(block, bfield)})
+                else:
+                    texts.append(_text_of([block], bfield))
+            if texts:
+                messages.append({"role": "user", "content": "\n".join(texts)})
+        else:
+            raise ProtocolError(
+                400,
+                f"{field}.role: expected 'user', 'assistant' or 'system', got {role!r}",
+                param=f"{field}.role",
+            )
+    folded = fold_system_messages(messages)
+    # Folding can only merge system/user messages, so assistant positions shift uniformly:
+    # recompute each replayed id's index by locating its assistant message in order.
+    assistant_positions = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
+    folded_positions = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
+    remap = dict(zip(assistant_positions, folded_positions, strict=False))
+    return folded, tuple((remap[k], wire_id) for k, wire_id in pending_ids)
+
+
+def translate_tools(raw_tools: Any) -> list[dict[str, Any]] | None:
+    expect_type(raw_tools, list, "tools")
+    tools = []
+    for i, tool in enumerate(raw_tools or ()):
+        expect_type(tool, dict, f"tools[{i}]", optional=False)
+        name = expect_type(tool.get("name"), str, f"tools[{i}].name", optional=False)
+        if "input_schema" not in tool:
+            # A server tool (web_search_…): the policy cannot call it through this proxy.
+            logger.debug("skipping Anthropic server tool %s (%s)", name, tool.get("type"))
+            continue
+        description = expect_type(tool.get("description"), str, f"tools[{i}].description")
+        tools.append(function_tool(name, description or "", tool.get("input_schema")))
+    return tools or None
+
+
+class AnthropicAdapter(Adapter):
+    """Anthropic Messages (``/v1/messages``, ``/v1/messages/count_tokens``)."""
+
+    name = "anthropic"
+    routes = (
+        ("POST", "/v1/messages", "turn"),
+        ("POST", "/v1/messages/count_tokens", "count"),
+    )
+
+    def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
+        expect_type(body, dict, "body", optional=False)
+        messages, replayed = translate_messages(body.get("messages"), body.get("system"))
+        if not messages:
+            raise ProtocolError(400, "messages: expected at least one message", param="messages")
+        stream = expect_type(body.get("stream"), bool, "stream")
+        for key in ("thinking", "metadata", "context_management", "output_config"):
+            expect_type(body.get(key), dict, key)
+        return ChatRequest(
+            messages=messages,
+            tools=translate_tools(body.get("tools")),
+            stream=bool(stream),
+            model=expect_type(body.get("model"), str, "model") or "",
+            max_tokens=int_field(body, "max_tokens"),
+            temperature=number_field(body, "temperature"),
+            top_p=number_field(body, "top_p"),
+            top_k=int_field(body, "top_k"),
+            stop=stop_field(body, "stop_sequences"),
+            replayed_ids=replayed,
+        )
+
+    def error_body(self, error: ProtocolError) -> dict[str, Any]:
+        kind = error.kind or _ERROR_TYPES.get(error.status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": error.message}}
+
+    # -- replies ---------------------------------------------------------------------
+
+    def build_blocks(self, turn: AssistantTurn) -> tuple[list[dict[str, Any]], str]:
+        blocks: list[dict[str, Any]] = []
+        if turn.reasoning:
+            blocks.append(
+                {
+                    "type": "thinking",
+                    "thinking": turn.reasoning,
+                    "signature": turn.seal("thinking", turn.reasoning),
+                }
+            )
+        if turn.text:
+            blocks.append({"type": "text", "text": turn.text})
+        for index, call in enumerate(turn.tool_calls):
+            arguments = call.arguments if isinstance(call.arguments, dict) else {}
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": turn.mint("toolu", index),
+                    "name": call.name,
+                    "input": arguments,
+                }
+            )
+        if not blocks:
+            blocks.append({"type": "text", "text": ""})
+        if turn.tool_calls:
+            stop_reason = "tool_use"
+        elif turn.finish_reason == "length":
+            stop_reason = "max_tokens"
+        else:
+            stop_reason = "end_turn"
+        return blocks, stop_reason
+
+    async def respond(
+        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+        blocks, stop_reason = self.build_blocks(turn)
+        recorded, _ = translate_assistant(blocks, "reply")
+        usage = {
+            "input_tokens": turn.prompt_tokens,
+            "output_tokens": turn.output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        message = {
+            "id": f"msg_{secrets.token_hex(12)}",
+            "type": "message",
+            "role": "assistant",
+            "model": chat.model,
+            "content": blocks,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not chat.stream:
+            return web.json_response(message), recorded
+        response = await open_sse(request)
+        start = {**message, "content": [], "stop_reason": None, "usage": {**usage}}
+        start["usage"]["output_tokens"] = 0
+        await response.write(
+            sse_event("message_start", {"type": "message_start", "message": start})
+        )
+        await response.write(sse_event("ping", {"type": "ping"}))
+        for index, block in enumerate(blocks):
+            for event in _block_events(index, block):
+                await response.write(sse_event(event["type"], event))
+        await response.write(
+            sse_event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": turn.output_tokens},
+                },
+            )
+        )
+        await response.write(sse_event("message_stop", {"type": "message_stop"}))
+        await response.write_eof()
+        return response, recorded
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    elif kind == "text":
+        start = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": block["text"]}] if block["text"] else []
+    else:
+        start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        partial = json.dumps(block["input"], ensure_ascii=False)
+        deltas = [{"type": "input_json_delta", "partial_json": partial}]
+    events = [{"type": "content_block_start", "index": index, "content_block": start}]
+    events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+    events.append({"type": "content_block_stop", "index": index})
+    return events

@@ -1,0 +1,492 @@
+"""The middleware: one aiohttp server for every wire protocol, many sessions.
+
+::
+
+    mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
+                    trajectory=TrajectoryManager())
+    await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
+    token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
+    samples = await mw.finish_session(sid, reward=1.0, metadata={...})
+    await mw.drop_session(sid); await mw.close()
+
+One turn: read and check the body (400 / 413 in the protocol's error shape), find the
+session by its token (401 unknown, 403 closed), take the session lock, enforce the turn
+cap (429), translate the request, render the prompt incrementally, clamp
+``max_new_tokens`` to the context budget (a prompt already over budget finishes with
+``length`` without an engine call), await the whole generation, parse it, send the reply
+in the protocol's shape, and only then record the turn. A client that goes away cancels
+the handler (``handler_cancellation``), which aborts the engine request; that turn is
+not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from agentrl import plugins
+from agentrl.adapters.protocol import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
+from agentrl.adapters.turns import parse_generation, sampling_params
+from agentrl.adapters.wire_ids import mint_id, seal
+from agentrl.engines.base import EngineError, Generation
+from agentrl.trajectory import TrajectoryManager, TurnRecord
+from agentrl.types import TurnRecordedEvent
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def _resolve_parser(parser: Any, kind: str) -> Any:
+    if parser is None or not isinstance(parser, (str, type)):
+        return parser
+    cls = plugins.get_registry().get(kind, parser) if isinstance(parser, str) else parser
+    return cls()
+
+
+class Middleware:
+    """Serves every registered adapter's routes from one aiohttp app."""
+
+    def __init__(
+        self,
+        *,
+        engine: Any,
+        tokenizer: Any,
+        tool_parser: Any = None,
+        reasoning_parser: Any = None,
+        trajectory: TrajectoryManager | None = None,
+        adapters: Iterable[Adapter | str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        model_name: str = "agentrl-policy",
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.tool_parser = _resolve_parser(tool_parser, "tool_parser")
+        self.reasoning_parser = _resolve_parser(reasoning_parser, "reasoning_parser")
+        self.trajectory = trajectory if trajectory is not None else TrajectoryManager()
+        self.max_body_bytes = int(max_body_bytes)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.model_name = model_name
+        if adapters is None:
+            adapters = plugins.available("adapter")
+        self.adapters: list[Adapter] = [
+            plugins.get_adapter(a)() if isinstance(a, str) else a for a in adapters
+        ]
+        self._sessions: dict[str, Session] = {}
+        self._by_token: dict[str, Session] = {}
+        self._closed_tokens: dict[str, str] = {}
+        self._stop_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+        self.unix_path: str | None = None
+        self.app = self._build_app()
+
+    # -- server ------------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        seen: dict[tuple[str, str], str] = {}
+        for adapter in self.adapters:
+            for method, path, kind in adapter.routes:
+                if (method, path) in seen:
+                    raise ValueError(
+                        f"adapters {seen[(method, path)]!r} and {adapter.name!r} both serve "
+                        f"{method} {path}; pass adapters=[...] to choose one"
+                    )
+                seen[(method, path)] = adapter.name
+                app.router.add_route(method, path, self._handler(adapter, kind))
+        for path in ("/", "/api/hello", "/healthz"):
+            app.router.add_get(path, self._health)
+        app.router.add_get("/v1/models", self._models)
+        return app
+
+    async def start(
+        self, host: str | None = "127.0.0.1", port: int = 0, unix_path: str | None = None
+    ) -> str:
+        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket."""
+        if self._runner is not None:
+            raise RuntimeError("the middleware is already started; call close() first")
+        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        self._runner = runner
+        if host is not None:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+            shown = f"[{host}]" if ":" in host else host
+            self.url = f"http://{shown}:{bound[1]}"
+        if unix_path is not None:
+            await web.UnixSite(runner, unix_path).start()
+            self.unix_path = unix_path
+        if host is None and unix_path is None:
+            raise ValueError("start() needs a host, a unix_path or both")
+        logger.info("middleware listening on %s", self.url or self.unix_path)
+        return self.url or f"unix:{unix_path}"
+
+    async def close(self) -> None:
+        """Drop every session and stop the server (the engine is the caller's to close)."""
+        for sid in list(self._sessions):
+            await self.drop_session(sid)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Middleware:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(
+        self,
+        sid: str,
+        *,
+        sampling_defaults: Mapping[str, Any] | None = None,
+        max_context_tokens: int = 0,
+        max_turns: int | None = None,
+        sampling_policy: str = "trainer",
+    ) -> str:
+        """Open session ``sid``; return the token its client sends as API key."""
+        if sid in self._sessions:
+            raise ValueError(f"session {sid!r} is already open; session ids must be unique")
+        if sampling_policy not in SAMPLING_POLICIES:
+            raise ValueError(
+                f"sampling_policy: expected one of {SAMPLING_POLICIES}, got {sampling_policy!r}"
+            )
+        if max_turns is not None and max_turns < 0:
+            raise ValueError(f"max_turns: expected None or >= 0, got {max_turns}")
+        token = new_token()
+        session = Session(
+            sid=sid,
+            token=token,
+            sampling_defaults=dict(sampling_defaults or {}),
+            max_context_tokens=int(max_context_tokens or 0),
+            max_turns=max_turns,
+            sampling_policy=sampling_policy,
+        )
+        self._sessions[sid] = session
+        self._by_token[token] = session
+        return token
+
+    def session(self, sid: str) -> Session:
+        try:
+            return self._sessions[sid]
+        except KeyError:
+            raise KeyError(f"no open session {sid!r}; open it with open_session()") from None
+
+    def _close(self, sid: str) -> Session | None:
+        session = self._sessions.pop(sid, None)
+        if session is not None:
+            session.closed = True
+            self._by_token.pop(session.token, None)
+            self._closed_tokens[session.token] = sid
+        return session
+
+    async def finish_session(
+        self,
+        sid: str,
+        *,
+        reward: float = 0.0,
+        metadata: Mapping[str, Any] | None = None,
+        wait_timeout: float = 30.0,
+    ) -> list:
+        """Close ``sid`` (waiting for an in-flight turn) and return its training samples."""
+        session = self._close(sid)
+        if session is None:
+            return []
+        try:
+            await asyncio.wait_for(session.lock.acquire(), wait_timeout)
+            session.lock.release()
+        except asyncio.TimeoutError:
+            logger.warning(
+                "session %s: in-flight turn still running after %.0fs; cancelling",
+                sid,
+                wait_timeout,
+            )
+            await self._cancel_inflight(session)
+        return self.trajectory.get_trajectory(
+            sid, reward=reward, metadata=metadata, max_sample_tokens=session.max_context_tokens
+        )
+
+    async def drop_session(self, sid: str) -> None:
+        """Close ``sid``, cancel its in-flight turn and forget its trajectory (idempotent)."""
+        session = self._close(sid)
+        if session is not None:
+            await self._cancel_inflight(session)
+        self.trajectory.drop_session(sid)
+
+    async def _cancel_inflight(self, session: Session) -> None:
+        tasks = [t for t in session.inflight if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _authenticate(self, request: web.Request) -> Session:
+        candidates = []
+        auth = request.headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer ":
+            candidates.append(auth[7:].strip())
+        if request.headers.get("x-api-key"):
+            candidates.append(request.headers["x-api-key"].strip())
+        for token in candidates:
+            session = self._by_token.get(token)
+            if session is not None:
+                return session
+        for token in candidates:
+            if token in self._closed_tokens:
+                raise ProtocolError(
+                    403,
+                    f"session {self._closed_tokens[token]!r} is closed: its trajectory was "
+                    "finished or dropped; open a new session for another run",
+                )
+        if not candidates:
+            raise ProtocolError(
+                401,
+                "no API key: send the session token from open_session() as "
+                "'Authorization: Bearer <token>' or 'x-api-key: <token>'",
+            )
+        raise ProtocolError(401, "unknown API key: it is not the token of any open agentrl session")
+
+    # -- handlers ----------------------------------------------------------------------
+
+    def _handler(self, adapter: Adapter, kind: str):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                if kind == "turn":
+                    return await self._turn(adapter, request)
+                if kind == "count":
+                    return await self._count(adapter, request)
+                raise ProtocolError(404, f"unknown route kind {kind!r}")
+            except ProtocolError as error:
+                if error.status >= 500:
+                    logger.warning(
+                        "%s %s -> %d: %s", request.method, request.path, error.status, error.message
+                    )
+                return adapter.error_response(error)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("%s %s failed", request.method, request.path)
+                return adapter.error_response(
+                    ProtocolError(500, "internal error in the agentrl middleware; see its log")
+                )
+
+        return handle
+
+    async def _read_body(self, request: web.Request) -> Any:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ProtocolError(
+                413,
+                f"request body is larger than the middleware's limit of {self.max_body_bytes} "
+                "bytes (Middleware(max_body_bytes=...))",
+            ) from None
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(400, f"request body is not valid JSON: {exc}") from None
+
+    async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
+        body = await self._read_body(request)
+        self._authenticate(request)
+        chat = adapter.parse_request(body, request.headers)
+        ids = self.tokenizer.apply_chat_template(
+            chat.messages,
+            tools=chat.tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            **self.chat_template_kwargs,
+        )
+        if isinstance(ids, Mapping):
+            ids = ids["input_ids"]
+        return web.json_response(adapter.count_reply(len(ids)))
+
+    async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
+        body = await self._read_body(request)
+        session = self._authenticate(request)
+        chat = adapter.parse_request(body, request.headers)
+        task = asyncio.current_task()
+        async with session.lock:
+            if session.closed:
+                raise ProtocolError(403, f"session {session.sid!r} was closed while waiting")
+            if session.max_turns is not None and session.turns_started >= session.max_turns:
+                raise ProtocolError(
+                    429,
+                    f"session {session.sid!r} reached its turn cap of {session.max_turns} "
+                    "(open_session(max_turns=...)); the run is over",
+                )
+            turn_index = session.turns_started
+            session.turns_started += 1
+            if task is not None:
+                session.inflight.add(task)
+            try:
+                return await self._run_turn(adapter, request, session, chat, turn_index)
+            finally:
+                session.inflight.discard(task)
+
+    async def _run_turn(
+        self,
+        adapter: Adapter,
+        request: web.Request,
+        session: Session,
+        chat: ChatRequest,
+        turn_index: int,
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        renderer = session.renderer_for(
+            self.tokenizer, chat.messages, chat.tools, self.chat_template_kwargs
+        )
+        prompt = renderer.render(chat.messages, tools=chat.tools)
+        params = sampling_params(session, chat, len(prompt.ids))
+        engine_seconds = 0.0
+        if params is None:
+            logger.warning(
+                "session %s turn %d: prompt of %d tokens fills the context budget of %d; "
+                "finishing with 'length' without calling the engine",
+                session.sid,
+                turn_index,
+                len(prompt.ids),
+                session.max_context_tokens,
+            )
+            generation = Generation(output_ids=(), logprobs=(), finish_reason="length")
+        else:
+            generation, engine_seconds = await self._generate(session, turn_index, prompt, params)
+        parsed = parse_generation(
+            generation,
+            tokenizer=self.tokenizer,
+            stop_ids=self._stop_ids,
+            tools=chat.tools,
+            tool_parser=self.tool_parser,
+            reasoning_parser=self.reasoning_parser,
+            prompt_tail=prompt.text[-64:],
+        )
+        turn = AssistantTurn(
+            turn_index=turn_index,
+            text=parsed.text,
+            reasoning=parsed.reasoning,
+            tool_calls=parsed.tool_calls,
+            finish_reason=generation.finish_reason,
+            prompt_tokens=len(prompt.ids),
+            output_tokens=len(generation.output_ids),
+            ill_formed=parsed.ill_formed,
+            mint=lambda kind, index: session.remember(mint_id(kind, turn_index, index), turn_index),
+            seal=lambda kind, text: session.remember(seal(kind, turn_index, text), turn_index),
+        )
+        try:
+            response, recorded = await adapter.respond(request, chat, turn)
+            if not response.prepared:
+                await response.prepare(request)
+                await response.write_eof()
+        except (ConnectionResetError, ConnectionError) as exc:
+            logger.warning(
+                "session %s turn %d: client went away before the reply was sent "
+                "(%s); the turn is not recorded",
+                session.sid,
+                turn_index,
+                exc,
+            )
+            raise
+        links = session.links(chat.replayed_ids)
+        metadata = {
+            "protocol": adapter.name,
+            "middleware_turn": turn_index,
+            "replayed_turns": links,
+            "engine_seconds": round(engine_seconds, 6),
+            "overhead_seconds": round(time.perf_counter() - started - engine_seconds, 6),
+        }
+        record = TurnRecord(
+            prompt_ids=prompt.ids,
+            output_ids=generation.output_ids,
+            output_logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+            ill_formed=parsed.ill_formed,
+        )
+        self.trajectory.record_turn(
+            session.sid,
+            turn=record,
+            prompt_messages=chat.messages,
+            response_message=recorded if generation.output_ids else None,
+            metadata=metadata,
+        )
+        session.turns_recorded += 1
+        plugins.notify(
+            "on_turn_recorded",
+            TurnRecordedEvent(
+                session_id=session.sid,
+                turn_index=turn_index,
+                prompt_tokens=len(prompt.ids),
+                output_tokens=len(generation.output_ids),
+                finish_reason=generation.finish_reason,
+                protocol=adapter.name,
+                metadata=metadata,
+            ),
+        )
+        return response
+
+    async def _generate(
+        self, session: Session, turn_index: int, prompt: Any, params: dict[str, Any]
+    ) -> tuple[Generation, float]:
+        rid = f"{session.sid}-t{turn_index}-{new_token()[-8:]}"
+        started = time.perf_counter()
+        try:
+            generation = await self.engine.generate(
+                prompt.ids, params, rid=rid, routing_key=session.sid
+            )
+        except asyncio.CancelledError:
+            logger.info(
+                "session %s turn %d cancelled; aborting engine request %s",
+                session.sid,
+                turn_index,
+                rid,
+            )
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.engine.abort(rid))
+            raise
+        except EngineError as exc:
+            status = f" (HTTP {exc.status})" if exc.status else ""
+            raise ProtocolError(
+                502, f"the inference engine failed{status}: {exc}; the turn was not recorded"
+            ) from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ProtocolError(
+                502, f"the inference engine is unreachable: {type(exc).__name__}: {exc}"
+            ) from None
+        return generation, time.perf_counter() - started
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "sessions": len(self._sessions)})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {
+            "id": self.model_name,
+            "object": "model",
+            "type": "model",
+            "display_name": self.model_name,
+            "created": 0,
+            "created_at": "1970-01-01T00:00:00Z",
+            "owned_by": "agentrl",
+        }
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [model],
+                "has_more": False,
+                "first_id": self.model_name,
+                "last_id": self.model_name,
+            }
+        )

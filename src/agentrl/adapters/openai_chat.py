@@ -1,0 +1,231 @@
+"""OpenAI Chat Completions, for Codex up to 0.94 (``wire_api = "chat"``) and OpenAI SDK clients.
+
+Requests: ``messages`` (``system``, ``developer``, ``user``, ``assistant`` with
+``tool_calls`` whose ``arguments`` are JSON strings, ``tool``), ``tools`` (including
+Codex 0.94's shape with ``name`` beside ``function``). Replies: one choice with
+``content``, ``reasoning_content`` and ``tool_calls``, as JSON or as
+``chat.completion.chunk`` events ending in ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from agentrl.adapters.protocol import (
+    Adapter,
+    AssistantTurn,
+    ChatRequest,
+    ProtocolError,
+    chat_tool_call,
+    dump_arguments,
+    expect_type,
+    fold_system_messages,
+    function_tool,
+    int_field,
+    number_field,
+    open_sse,
+    parse_arguments,
+    sse_event,
+    stop_field,
+)
+
+__all__ = ["OpenAIChatAdapter"]
+
+logger = logging.getLogger(__name__)
+
+
+def _content_text(content: Any, field: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    expect_type(content, list, field)
+    parts = []
+    for i, part in enumerate(content):
+        expect_type(part, dict, f"{field}[{i}]", optional=False)
+        if part.get("type") in ("text", "input_text", "output_text"):
+            parts.append(expect_type(part.get("text"), str, f"{field}[{i}].text") or "")
+        elif part.get("type") in ("image_url", "input_audio", "file"):
+            parts.append(f"[{part['type']} omitted]")
+    return "\n".join(parts)
+
+
+def translate_assistant(raw: Mapping[str, Any], field: str) -> tuple[dict[str, Any], list[str]]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": _content_text(raw.get("content"), f"{field}.content"),
+    }
+    reasoning = raw.get("reasoning_content", raw.get("reasoning"))
+    if isinstance(reasoning, str) and reasoning:
+        message["reasoning_content"] = reasoning
+    ids = []
+    calls = expect_type(raw.get("tool_calls"), list, f"{field}.tool_calls")
+    if calls:
+        message["tool_calls"] = []
+        for j, call in enumerate(calls):
+            cfield = f"{field}.tool_calls[{j}]"
+            expect_type(call, dict, cfield, optional=False)
+            function = expect_type(call.get("function"), dict, f"{cfield}.function", optional=False)
+            name = expect_type(function.get("name"), str, f"{cfield}.function.name", optional=False)
+            arguments = expect_type(
+                function.get("arguments"), (str, dict), f"{cfield}.function.arguments"
+            )
+            message["tool_calls"].append(chat_tool_call(name, parse_arguments(arguments)))
+            if isinstance(call.get("id"), str):
+                ids.append(call["id"])
+    return message, ids
+
+
+def translate_messages(
+    raw_messages: Any,
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, str], ...]]:
+    expect_type(raw_messages, list, "messages", optional=False)
+    messages: list[dict[str, Any]] = []
+    replayed: list[tuple[int, str]] = []
+    for i, raw in enumerate(raw_messages):
+        field = f"messages[{i}]"
+        expect_type(raw, dict, field, optional=False)
+        role = raw.get("role")
+        if role == "assistant":
+            message, ids = translate_assistant(raw, field)
+            replayed.extend((len(messages), wire_id) for wire_id in ids)
+            messages.append(message)
+        elif role in ("system", "developer"):
+            text = _content_text(raw.get("content"), f"{field}.content")
+            messages.append({"role": "system", "content": text})
+        elif role in ("user", "tool", "function"):
+            text = _content_text(raw.get("content"), f"{field}.content")
+            messages.append({"role": "user" if role == "user" else "tool", "content": text})
+        else:
+            raise ProtocolError(
+                400,
+                f"{field}.role: expected 'system', 'developer', 'user', 'assistant' or 'tool', "
+                f"got {role!r}",
+                param=f"{field}.role",
+            )
+    folded = fold_system_messages(messages)
+    before = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
+    after = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
+    remap = dict(zip(before, after, strict=False))
+    return folded, tuple((remap[k], wire_id) for k, wire_id in replayed)
+
+
+def translate_tools(raw_tools: Any) -> list[dict[str, Any]] | None:
+    expect_type(raw_tools, list, "tools")
+    tools = []
+    for i, tool in enumerate(raw_tools or ()):
+        expect_type(tool, dict, f"tools[{i}]", optional=False)
+        if tool.get("type", "function") != "function":
+            logger.debug("skipping tool type %r", tool.get("type"))
+            continue
+        function = expect_type(tool.get("function"), dict, f"tools[{i}].function") or tool
+        name = expect_type(
+            function.get("name", tool.get("name")), str, f"tools[{i}].function.name", optional=False
+        )
+        description = expect_type(
+            function.get("description"), str, f"tools[{i}].function.description"
+        )
+        tools.append(function_tool(name, description or "", function.get("parameters")))
+    return tools or None
+
+
+class OpenAIChatAdapter(Adapter):
+    """OpenAI Chat Completions (``/v1/chat/completions``)."""
+
+    name = "openai_chat"
+    routes = (("POST", "/v1/chat/completions", "turn"),)
+
+    def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
+        expect_type(body, dict, "body", optional=False)
+        messages, replayed = translate_messages(body.get("messages"))
+        if not messages:
+            raise ProtocolError(400, "messages: expected at least one message", param="messages")
+        options = expect_type(body.get("stream_options"), dict, "stream_options") or {}
+        max_tokens = int_field(body, "max_completion_tokens")
+        if max_tokens is None:
+            max_tokens = int_field(body, "max_tokens")
+        n = int_field(body, "n")
+        if n not in (None, 1):
+            raise ProtocolError(400, f"n: only n=1 is supported, got {n}", param="n")
+        return ChatRequest(
+            messages=messages,
+            tools=translate_tools(body.get("tools")),
+            stream=bool(expect_type(body.get("stream"), bool, "stream")),
+            model=expect_type(body.get("model"), str, "model") or "",
+            max_tokens=max_tokens,
+            temperature=number_field(body, "temperature"),
+            top_p=number_field(body, "top_p"),
+            top_k=int_field(body, "top_k"),
+            stop=stop_field(body, "stop"),
+            replayed_ids=replayed,
+            context={"include_usage": bool(options.get("include_usage"))},
+        )
+
+    def build_message(self, turn: AssistantTurn) -> tuple[dict[str, Any], str]:
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+        if turn.reasoning:
+            message["reasoning_content"] = turn.reasoning
+        if turn.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": turn.mint("call", index),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": dump_arguments(call.arguments)},
+                }
+                for index, call in enumerate(turn.tool_calls)
+            ]
+            finish = "tool_calls"
+        else:
+            finish = "length" if turn.finish_reason == "length" else "stop"
+        return message, finish
+
+    async def respond(
+        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+        message, finish = self.build_message(turn)
+        recorded, _ = translate_assistant(message, "reply")
+        usage = {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.output_tokens,
+            "total_tokens": turn.prompt_tokens + turn.output_tokens,
+        }
+        head = {
+            "id": f"chatcmpl-{secrets.token_hex(12)}",
+            "created": int(time.time()),
+            "model": chat.model,
+        }
+        if not chat.stream:
+            body = {
+                **head,
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
+            return web.json_response(body), recorded
+        response = await open_sse(request)
+
+        async def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> None:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
+            await response.write(sse_event(None, body))
+
+        await chunk({"role": "assistant", "content": ""})
+        if turn.reasoning:
+            await chunk({"reasoning_content": turn.reasoning})
+        if turn.text:
+            await chunk({"content": turn.text})
+        for index, call in enumerate(message.get("tool_calls", ())):
+            await chunk({"tool_calls": [{"index": index, **call}]})
+        await chunk({}, finish)
+        if chat.context.get("include_usage"):
+            body = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+            await response.write(sse_event(None, body))
+        await response.write(sse_event(None, "[DONE]"))
+        await response.write_eof()
+        return response, recorded

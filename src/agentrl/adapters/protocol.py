@@ -1,0 +1,296 @@
+"""The adapter contract: what a wire protocol gives the middleware and gets back.
+
+An adapter turns a request body in its protocol into a :class:`ChatRequest` (chat-template
+messages, tool schemas, the client's sampling hints) and turns an :class:`AssistantTurn`
+(what the engine sampled, parsed) into its protocol's reply, JSON or SSE. Everything else
+— sessions, rendering, the engine call, recording — is the middleware's.
+
+The assistant message recorded in the trajectory is always the adapter's own translation
+of the wire reply it sent (:meth:`Adapter.recorded_message`), so the client's verbatim
+replay of that reply on the next turn translates to an equal message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+from aiohttp import web
+
+__all__ = [
+    "Adapter",
+    "AssistantTurn",
+    "ChatRequest",
+    "ProtocolError",
+    "ToolCall",
+    "expect_type",
+    "fold_system_messages",
+    "sse_event",
+]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_REMINDER_OPEN = "<system-reminder>\n"
+SYSTEM_REMINDER_CLOSE = "\n</system-reminder>"
+
+
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+class ProtocolError(Exception):
+    """A request the adapter cannot serve; answered in the protocol's error shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+
+
+@attrs.frozen(kw_only=True)
+class ChatRequest:
+    """One client request translated to chat-template terms."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    stream: bool = False
+    model: str = ""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    #: wire ids the client replayed (tool call ids, signatures, ...), in message order:
+    #: ``(index into messages, wire id)``. The middleware links the ones it minted.
+    replayed_ids: tuple[tuple[int, str], ...] = ()
+    #: protocol-specific context the reply builder needs (tool name mapping, ...).
+    context: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """One parsed tool call: the tool's chat-template name and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] | str
+
+
+@attrs.frozen(kw_only=True)
+class AssistantTurn:
+    """What one engine turn produced, parsed, plus what the reply needs to say about it.
+
+    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``); the adapter maps it
+    and the presence of tool calls to its protocol's stop reason. ``mint(kind, index)``
+    returns a fresh wire id that encodes this turn (``kind`` is ``tool``, ``call``,
+    ``item``, ``message``), ``seal(kind, payload)`` an opaque token (thinking signature,
+    reasoning ``encrypted_content``) that the middleware can map back to this turn.
+    """
+
+    turn_index: int
+    text: str
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    prompt_tokens: int
+    output_tokens: int
+    ill_formed: bool = False
+    mint: Any = None
+    seal: Any = None
+
+    @property
+    def called_tools(self) -> bool:
+        return bool(self.tool_calls)
+
+
+class Adapter:
+    """A wire protocol served by the middleware. Subclasses set ``name`` and ``routes``."""
+
+    name: ClassVar[str]
+    #: ``(method, path, kind)``: ``turn`` runs the turn pipeline, ``count`` answers with the
+    #: prompt's token count (:meth:`count_reply`).
+    routes: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
+        """Translate a parsed JSON body; raise :class:`ProtocolError` on bad input."""
+        raise NotImplementedError
+
+    async def respond(
+        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+        """Send the reply; return the response and the assistant message to record."""
+        raise NotImplementedError
+
+    def error_body(self, error: ProtocolError) -> dict[str, Any]:
+        """The protocol's JSON error object (OpenAI's shape unless overridden)."""
+        kind = error.kind or OPENAI_ERROR_TYPES.get(error.status, "server_error")
+        return {
+            "error": {"message": error.message, "type": kind, "param": error.param, "code": None}
+        }
+
+    def count_reply(self, input_tokens: int) -> dict[str, Any]:
+        """The body answering a token-count request (protocols that have one)."""
+        return {"input_tokens": input_tokens}
+
+    def error_response(self, error: ProtocolError) -> web.Response:
+        return web.json_response(self.error_body(error), status=error.status)
+
+
+# -- helpers shared by the adapters ----------------------------------------------------
+
+
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def expect_type(value: Any, types: type | tuple[type, ...], field: str, *, optional: bool = True):
+    """``value`` if it has one of ``types`` (or is None when optional), else a 400 naming ``field``."""
+    if value is None and optional:
+        return None
+    wanted = types if isinstance(types, tuple) else (types,)
+    ok = isinstance(value, wanted)
+    if ok and isinstance(value, bool) and bool not in wanted:
+        ok = False
+    if ok and int in wanted and float not in wanted and isinstance(value, float):
+        ok = False
+    if not ok:
+        expected = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in wanted)
+        got = "null" if value is None else type(value).__name__
+        raise ProtocolError(
+            400, f"{field}: expected {expected}, got {got}", param=field.split("[")[0]
+        )
+    return value
+
+
+def number_field(body: Mapping[str, Any], key: str) -> float | None:
+    return expect_type(body.get(key), (int, float), key)
+
+
+def int_field(body: Mapping[str, Any], key: str) -> int | None:
+    value = expect_type(body.get(key), (int, float), key)
+    if value is None:
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        raise ProtocolError(400, f"{key}: expected an integer, got {value!r}", param=key)
+    return int(value)
+
+
+def stop_field(body: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = body.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    expect_type(value, list, key)
+    for i, item in enumerate(value):
+        expect_type(item, str, f"{key}[{i}]", optional=False)
+    return tuple(value)
+
+
+def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep one leading system message; fold later ones into user turns.
+
+    Leading system messages merge into one. A later system message (Claude Code and Codex
+    put some mid-conversation) is appended to the preceding user message as a
+    ``<system-reminder>`` block, or becomes a user message of its own when the previous
+    message is not a user message. Appending only backwards keeps earlier turns unchanged
+    as the conversation grows, so the fold never perturbs an already-sampled prefix.
+    """
+    folded: list[dict[str, Any]] = []
+    leading: list[str] = []
+    seen_other = False
+    for message in messages:
+        role = message.get("role")
+        if role == "system" and not seen_other:
+            leading.append(message.get("content") or "")
+            continue
+        seen_other = True
+        if role != "system":
+            folded.append(message)
+            continue
+        reminder = SYSTEM_REMINDER_OPEN + (message.get("content") or "") + SYSTEM_REMINDER_CLOSE
+        previous = folded[-1] if folded else None
+        if previous is not None and previous.get("role") == "user":
+            folded[-1] = {**previous, "content": previous["content"] + "\n\n" + reminder}
+        else:
+            folded.append({"role": "user", "content": reminder})
+    if leading:
+        folded.insert(0, {"role": "system", "content": "\n\n".join(leading)})
+    return folded
+
+
+def parse_arguments(arguments: Any) -> dict[str, Any] | str:
+    """Tool-call arguments as a dict when they are a JSON object, else the raw string."""
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return value if isinstance(value, dict) else arguments
+    return {} if arguments is None else str(arguments)
+
+
+def dump_arguments(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def chat_tool_call(name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+    """The chat-template tool call; wire ids stay out so a replay compares equal."""
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def function_tool(name: str, description: str, parameters: Any) -> dict[str, Any]:
+    if not isinstance(parameters, dict):
+        parameters = {"type": "object", "properties": {}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description or "", "parameters": parameters},
+    }
+
+
+def sse_event(event: str | None, data: Any) -> bytes:
+    """One server-sent event; ``data`` is JSON-encoded unless it is already a string."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+async def open_sse(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        },
+    )
+    await response.prepare(request)
+    return response

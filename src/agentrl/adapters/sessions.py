@@ -1,0 +1,117 @@
+"""Middleware sessions: the token a client authenticates with, and everything per session.
+
+A session owns its sampling policy, context budget and turn cap, a lock that keeps its
+turns from interleaving, the wire ids minted for it (so replays can be traced to their
+turn), and one :class:`~agentrl.rendering.IncrementalRenderer` per conversation chain
+(a sub-agent or a compacted history renders with its own, so each chain re-tokenizes
+only what it appended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from agentrl.rendering import IncrementalRenderer
+
+__all__ = ["SAMPLING_POLICIES", "Session", "new_token"]
+
+logger = logging.getLogger(__name__)
+
+#: ``trainer``: the session's sampling parameters win and the client's temperature /
+#: top_p / top_k are ignored (they would skew the log-prob ratios the trainer computes).
+#: ``client``: the client's values override the session's.
+SAMPLING_POLICIES = ("trainer", "client")
+#: Conversation chains (each with its own renderer) kept per session.
+MAX_CHAINS = 8
+
+
+def new_token() -> str:
+    """An unguessable session token (192 random bits)."""
+    return "agentrl-" + secrets.token_urlsafe(24)
+
+
+@attrs.define
+class _Chain:
+    renderer: IncrementalRenderer
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    tools: list[dict[str, Any]] | None = None
+    last_used: int = 0
+
+
+def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
+    n = 0
+    for left, right in zip(a, b, strict=False):
+        if left != right:
+            break
+        n += 1
+    return n
+
+
+@attrs.define(eq=False)
+class Session:
+    """One agent run's state inside the middleware."""
+
+    sid: str
+    token: str
+    sampling_defaults: dict[str, Any] = attrs.field(factory=dict)
+    max_context_tokens: int = 0
+    max_turns: int | None = None
+    sampling_policy: str = "trainer"
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    closed: bool = False
+    turns_started: int = 0
+    turns_recorded: int = 0
+    minted: dict[str, int] = attrs.field(factory=dict)
+    inflight: set[asyncio.Task] = attrs.field(factory=set)
+    chains: list[_Chain] = attrs.field(factory=list)
+    _clock: int = 0
+
+    def remember(self, wire_id: str, turn_index: int) -> str:
+        self.minted[wire_id] = turn_index
+        return wire_id
+
+    def links(self, replayed: Sequence[tuple[int, str]]) -> dict[str, int]:
+        """``{message index: turn}`` for every replayed id this session minted."""
+        found: dict[str, int] = {}
+        for index, wire_id in replayed:
+            turn = self.minted.get(wire_id)
+            if turn is not None:
+                found.setdefault(str(index), turn)
+        return found
+
+    def renderer_for(
+        self,
+        tokenizer: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+    ) -> IncrementalRenderer:
+        """The renderer of the chain this conversation continues (a new chain if none)."""
+        self._clock += 1
+        best, best_len = None, 0
+        for chain in self.chains:
+            if chain.tools != tools:
+                continue
+            shared = _common_prefix(chain.messages, messages)
+            if shared > best_len:
+                best, best_len = chain, shared
+        if best is None:
+            if len(self.chains) >= MAX_CHAINS:
+                self.chains.remove(min(self.chains, key=lambda c: c.last_used))
+            best = _Chain(
+                renderer=IncrementalRenderer(
+                    tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
+                ),
+                tools=tools,
+            )
+            self.chains.append(best)
+            logger.debug("session %s: conversation chain %d opened", self.sid, len(self.chains))
+        best.messages = list(messages)
+        best.last_used = self._clock
+        return best.renderer

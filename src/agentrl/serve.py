@@ -1,0 +1,241 @@
+"""``agentrl serve``: the middleware alone, for pointing any agent at a policy by hand.
+
+It opens one session per kind of client (Claude Code, Codex, OpenAI SDK), prints the
+base URL and each session's token with the settings that client needs, serves until
+Ctrl-C / SIGTERM, then writes every recorded sample as JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["serve"]
+
+logger = logging.getLogger(__name__)
+
+#: (session id, what it is for) — one session per kind of client.
+CLIENT_SESSIONS = (
+    ("claude_code", "Claude Code (Anthropic Messages)"),
+    ("codex", "Codex >= 0.95 (OpenAI Responses)"),
+    ("openai", "OpenAI / Anthropic SDK clients, Codex <= 0.94 (Chat Completions)"),
+)
+
+
+def client_instructions(base_url: str, tokens: dict[str, str]) -> str:
+    """What to run to point each client at the middleware."""
+    return "\n".join(
+        [
+            f"agentrl middleware at {base_url}",
+            "",
+            "Claude Code:",
+            f"  ANTHROPIC_BASE_URL={base_url} ANTHROPIC_AUTH_TOKEN={tokens['claude_code']} \\",
+            "  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude",
+            "",
+            "Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):",
+            '  model = "agentrl-policy"',
+            '  model_provider = "agentrl"',
+            "  [model_providers.agentrl]",
+            '  name = "agentrl"',
+            f'  base_url = "{base_url}/v1"',
+            '  env_key = "AGENTRL_TOKEN"',
+            '  wire_api = "responses"',
+            f"  AGENTRL_TOKEN={tokens['codex']} codex",
+            "",
+            "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:",
+            f"  OPENAI_BASE_URL={base_url}/v1 OPENAI_API_KEY={tokens['openai']}",
+            f"  ANTHROPIC_BASE_URL={base_url} ANTHROPIC_API_KEY={tokens['openai']}",
+        ]
+    )
+
+
+def build_engine(name: str, url: str | None, model: str | None) -> Any:
+    from agentrl import plugins
+
+    cls = plugins.get_engine(name)
+    if name == "sglang":
+        if not url:
+            raise click.UsageError("--engine sglang needs --engine-url http://host:port")
+        return cls(url)
+    if not model:
+        raise click.UsageError(f"--engine {name} needs --model PATH (a local model directory)")
+    return cls(model)
+
+
+async def run_server(
+    *,
+    engine: Any,
+    tokenizer: Any,
+    host: str,
+    port: int,
+    unix_path: str | None,
+    tool_parser: str | None,
+    reasoning_parser: str | None,
+    session_options: dict[str, Any],
+    output: Path,
+    reward: float,
+    stop: asyncio.Event | None = None,
+    announce: Any = click.echo,
+) -> int:
+    """Serve until ``stop`` is set (or a signal arrives); write samples; return their count."""
+    from agentrl.adapters.base import Middleware
+    from agentrl.trajectory import TrajectoryManager
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    middleware = Middleware(
+        engine=engine,
+        tokenizer=tokenizer,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
+        trajectory=TrajectoryManager(),
+    )
+    await middleware.start(host=host, port=port, unix_path=unix_path)
+    tokens = {sid: middleware.open_session(sid, **session_options) for sid, _ in CLIENT_SESSIONS}
+    announce(client_instructions(middleware.url or f"unix:{unix_path}", tokens))
+    announce("\nServing; press Ctrl-C to stop and write the trajectory.")
+    count = 0
+    try:
+        await stop.wait()
+    finally:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with output.open("w") as handle:
+            for sid, _ in CLIENT_SESSIONS:
+                samples = await middleware.finish_session(
+                    sid, reward=reward, metadata={"session": sid}
+                )
+                for sample in samples:
+                    handle.write(json.dumps({"session": sid, **sample.to_dict()}) + "\n")
+                    count += 1
+        await middleware.close()
+        with contextlib.suppress(Exception):
+            await engine.aclose()
+        announce(f"wrote {count} samples to {output}")
+    return count
+
+
+@click.command()
+@click.option(
+    "--engine",
+    "engine_name",
+    default="sglang",
+    show_default=True,
+    help="Engine plugin name (see `agentrl plugins`).",
+)
+@click.option("--engine-url", help="SGLang server or router URL, e.g. http://127.0.0.1:30000.")
+@click.option("--model", help="Local model directory (engines that run in-process).")
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    required=True,
+    help="Local directory with the served model's tokenizer and chat template.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--unix-socket", "unix_path", help="Also listen on this unix socket path.")
+@click.option(
+    "--tool-parser",
+    default="hermes",
+    show_default=True,
+    help="Tool-call parser name ('' for none).",
+)
+@click.option(
+    "--reasoning-parser",
+    default="qwen3",
+    show_default=True,
+    help="Reasoning parser name ('' for none).",
+)
+@click.option(
+    "--max-context-tokens",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Context budget per session (0: unlimited).",
+)
+@click.option("--max-turns", default=None, type=int, help="Turn cap per session.")
+@click.option("--temperature", default=None, type=float, help="Trainer sampling temperature.")
+@click.option("--top-p", default=None, type=float)
+@click.option("--top-k", default=None, type=int)
+@click.option("--max-new-tokens", default=None, type=int)
+@click.option(
+    "--sampling-policy",
+    type=click.Choice(["trainer", "client"]),
+    default="trainer",
+    show_default=True,
+    help="Whose temperature/top_p/top_k win.",
+)
+@click.option(
+    "--output",
+    "-o",
+    default="trajectory.jsonl",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where the recorded samples go (JSON lines) when the server stops.",
+)
+@click.option(
+    "--reward", default=0.0, show_default=True, type=float, help="Reward written on every sample."
+)
+def serve(
+    engine_name: str,
+    engine_url: str | None,
+    model: str | None,
+    tokenizer_path: str,
+    host: str,
+    port: int,
+    unix_path: str | None,
+    tool_parser: str,
+    reasoning_parser: str,
+    max_context_tokens: int,
+    max_turns: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    max_new_tokens: int | None,
+    sampling_policy: str,
+    output: Path,
+    reward: float,
+) -> None:
+    """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
+    from agentrl.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_path)
+    engine = build_engine(engine_name, engine_url, model)
+    sampling = {
+        key: value
+        for key, value in (
+            ("temperature", temperature),
+            ("top_p", top_p),
+            ("top_k", top_k),
+            ("max_new_tokens", max_new_tokens),
+        )
+        if value is not None
+    }
+    asyncio.run(
+        run_server(
+            engine=engine,
+            tokenizer=tokenizer,
+            host=host,
+            port=port,
+            unix_path=unix_path,
+            tool_parser=tool_parser or None,
+            reasoning_parser=reasoning_parser or None,
+            session_options={
+                "sampling_defaults": sampling,
+                "max_context_tokens": max_context_tokens,
+                "max_turns": max_turns,
+                "sampling_policy": sampling_policy,
+            },
+            output=output,
+            reward=reward,
+        )
+    )
