@@ -3,16 +3,47 @@
 from __future__ import annotations
 
 import abc
+import os
+import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
+
+import attrs
 
 from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Grade, Task
 
-__all__ = ["Grader", "SandboxFactory"]
+__all__ = ["DEFAULT_GRADE_TIMEOUT", "Grader", "SandboxFactory", "grade_timeout"]
 
 #: Builds a fresh (not yet started) sandbox for a task; graders never reuse the agent's.
 SandboxFactory = Callable[[Task], Sandbox]
+
+#: Seconds a grading run (the tests, not the sandbox boot) may take by default.
+DEFAULT_GRADE_TIMEOUT = 600.0
+
+
+def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = None) -> float:
+    """The grading time budget: ``value``, else ``AGENTRL_GRADE_TIMEOUT``, else slime's
+    ``SWE_EVAL_TIMEOUT_SEC``, else 600 seconds."""
+    if value is not None:
+        if value <= 0:
+            raise ValueError(f"grading timeout must be positive seconds, got {value}")
+        return float(value)
+    environ = os.environ if env is None else env
+    for name in ("AGENTRL_GRADE_TIMEOUT", "SWE_EVAL_TIMEOUT_SEC"):
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ValueError(
+                f"{name}={raw!r} is not a number of seconds; set it to e.g. 600"
+            ) from None
+        if seconds <= 0:
+            raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
+        return seconds
+    return DEFAULT_GRADE_TIMEOUT
 
 
 class Grader(abc.ABC):
@@ -24,9 +55,35 @@ class Grader(abc.ABC):
     def parse_task(self, row: Mapping[str, Any]) -> Task:
         """Parse one JSONL row into a Task; raise ``ValueError`` naming the bad field."""
 
+    def resolve_paths(self, task: Task, base_dir: pathlib.Path | None) -> Task:
+        """``task`` with relative host paths (``repo``, gold patch) resolved against ``base_dir``.
+
+        Called by ``load_tasks`` with the JSONL file's directory; graders with more host
+        paths extend it.
+        """
+        from agentrl.graders.tasks import resolve_host_path
+
+        if base_dir is None:
+            return task
+        metadata = dict(task.metadata)
+        if metadata.get("gold_patch_path"):
+            metadata["gold_patch_path"] = resolve_host_path(metadata["gold_patch_path"], base_dir)
+        repo = task.repo
+        if repo and "://" not in repo:
+            repo = resolve_host_path(repo, base_dir)
+        return attrs.evolve(task, repo=repo, metadata=metadata)
+
     def check(self, task: Task) -> str | None:
         """Why ``task`` cannot be graded, or ``None`` when it can."""
         return None
+
+    async def prepare(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
+        """Bring a started sandbox's workspace to the task's base; returns what it ran.
+
+        Run in the agent's sandbox before the agent starts and in the grading sandbox
+        before the diff is applied, so the diff applies to the same base it was made on.
+        """
+        return {}
 
     @abc.abstractmethod
     async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:

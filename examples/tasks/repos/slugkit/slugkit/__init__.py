@@ -1,0 +1,5 @@
+"""Titles to URL slugs."""
+
+from slugkit.slug import slugify, unique_slug
+
+__all__ = ["slugify", "unique_slug"]

@@ -1,0 +1,394 @@
+"""The ``scaleswe`` grader: flat task metadata, "exit 0 == solved" grading.
+
+Three grading methods, in priority order: ``swepro`` (a SWE-bench Pro run script and log
+parser uploaded from the host; solved iff every fail-to-pass and pass-to-pass test
+passed), ``eval_cmd`` (a shell command; exit 0 is solved) and
+``remote_env_info.f2p_script`` (a self-contained pytest file run with python; exit 0 is
+solved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pathlib
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from agentrl.graders.base import Grader, SandboxFactory, grade_timeout
+from agentrl.graders.patching import (
+    DEFAULT_TEST_PATTERNS,
+    SCALESWE_LADDER,
+    apply_patch,
+    ensure_git_baseline,
+)
+from agentrl.graders.tasks import prompt_text, resolve_host_path
+from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
+from agentrl.types import Grade, Task
+
+__all__ = ["ScaleSWEGrader"]
+
+logger = logging.getLogger(__name__)
+
+#: Grading files live here in the sandbox, away from the repository.
+GRADE_DIR = "/tmp/agentrl-grade"
+#: The f2p script is written inside the workdir so it imports the repository like a test.
+F2P_FILE = "_agentrl_f2p_test.py"
+_TAIL = 4000
+METHODS = ("swepro", "eval_cmd", "f2p_script")
+
+
+def _tail(text: str, size: int = _TAIL) -> str:
+    return text[-size:]
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _optional_str(value: Any, field: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _string_list(value: Any, field: str) -> list[str]:
+    """A list of strings, also accepted JSON-encoded (as SWE-bench datasets store them)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"{field} must be a list of strings or a JSON list") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{field} must be a list of strings, got {value!r:.80}")
+    return list(value)
+
+
+def _pre_commands(value: Any, field: str) -> tuple[str, ...]:
+    """``pre_commands`` as a tuple; a single string is a script whose ``\\n`` are newlines."""
+    if value is None or value == "" or value == []:
+        return ()
+    if isinstance(value, str):
+        return (value.replace("\\n", "\n"),)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(v for v in value if v)
+    raise ValueError(f"{field} must be a string or a list of strings")
+
+
+def parse_common(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], dict]:
+    """``(metadata, remote_env_info, task metadata)`` shared by both row formats."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"a task row must be a JSON object, got {type(row).__name__}")
+    metadata = _mapping(row.get("metadata"), "metadata")
+    remote = _mapping(metadata.get("remote_env_info"), "metadata.remote_env_info")
+    extra: dict[str, Any] = {}
+    label = row.get("label")
+    if isinstance(label, str) and label:
+        extra["label"] = label
+    gold = _optional_str(metadata.get("gold_patch"), "metadata.gold_patch")
+    if gold:
+        extra["gold_patch"] = gold
+    gold_path = _optional_str(metadata.get("gold_patch_path"), "metadata.gold_patch_path")
+    if gold_path:
+        extra["gold_patch_path"] = gold_path
+    return metadata, remote, extra
+
+
+class ScaleSWEGrader(Grader):
+    """Grades scaleswe rows: swepro, then ``eval_cmd``, then ``f2p_script``."""
+
+    name = "scaleswe"
+
+    def __init__(
+        self,
+        *,
+        timeout: float | None = None,
+        user: str = "root",
+        ladder: Sequence[str] = SCALESWE_LADDER,
+        test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+        setup_timeout: float = 600,
+    ) -> None:
+        self.timeout = grade_timeout(timeout)
+        self.user = user
+        self.ladder = tuple(ladder)
+        self.test_patterns = tuple(test_patterns)
+        self.setup_timeout = setup_timeout
+
+    # -- rows ------------------------------------------------------------------------------
+    def parse_task(self, row: Mapping[str, Any]) -> Task:
+        metadata, remote, extra = parse_common(row)
+        label = extra.get("label") if len(extra.get("label", "")) < 256 else None
+        instance_id = (
+            _optional_str(metadata.get("instance_id"), "metadata.instance_id")
+            or _optional_str(remote.get("instance_id"), "metadata.remote_env_info.instance_id")
+            or label
+        )
+        if not instance_id:
+            raise ValueError(
+                "the row has no instance id: set metadata.instance_id (or a short label)"
+            )
+        swepro = metadata.get("swepro") or None
+        if swepro is not None:
+            swepro = dict(_mapping(swepro, "metadata.swepro"))
+            for key in ("fail_to_pass", "pass_to_pass", "selected_test_files"):
+                swepro[key] = _string_list(swepro.get(key), f"metadata.swepro.{key}")
+        eval_cmd = _optional_str(metadata.get("eval_cmd"), "metadata.eval_cmd")
+        f2p_script = _optional_str(
+            remote.get("f2p_script"), "metadata.remote_env_info.f2p_script"
+        ) or _optional_str(metadata.get("f2p_script"), "metadata.f2p_script")
+        method = next(
+            (m for m, v in zip(METHODS, (swepro, eval_cmd, f2p_script), strict=True) if v), None
+        )
+        test_files = metadata.get("test_files")
+        grading = {
+            "method": method,
+            "swepro": swepro,
+            "eval_cmd": eval_cmd,
+            "f2p_script": f2p_script,
+            "test_files": _string_list(test_files, "metadata.test_files")
+            if test_files is not None
+            else None,
+            "looks_swebench": bool(remote.get("test_patch") or metadata.get("test_patch"))
+            and method is None,
+        }
+        pre = metadata.get("pre_commands") or remote.get("pre_commands")
+        return Task(
+            instance_id=instance_id,
+            problem_statement=(
+                _optional_str(metadata.get("problem_statement"), "metadata.problem_statement")
+                or prompt_text(row.get("prompt"))
+            ),
+            image=_optional_str(metadata.get("image"), "metadata.image")
+            or _optional_str(metadata.get("image_url"), "metadata.image_url")
+            or _optional_str(remote.get("image_url"), "metadata.remote_env_info.image_url")
+            or _optional_str(remote.get("image"), "metadata.remote_env_info.image"),
+            workdir=_optional_str(metadata.get("workdir"), "metadata.workdir")
+            or _optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
+            or "/workspace",
+            repo=_optional_str(metadata.get("repo"), "metadata.repo"),
+            protocol=self.name,
+            pre_commands=_pre_commands(pre, "metadata.pre_commands"),
+            grading=grading,
+            metadata=extra,
+        )
+
+    def resolve_paths(self, task: Task, base_dir: pathlib.Path | None) -> Task:
+        task = super().resolve_paths(task, base_dir)
+        swepro = task.grading.get("swepro")
+        if not swepro or base_dir is None:
+            return task
+        swepro = dict(swepro)
+        for key in ("run_script_path", "parser_script_path"):
+            swepro[key] = resolve_host_path(swepro.get(key), base_dir)
+        return attrs.evolve(task, grading={**task.grading, "swepro": swepro})
+
+    def check(self, task: Task) -> str | None:
+        grading = task.grading
+        if grading.get("looks_swebench"):
+            return (
+                "protocol mismatch: the row looks like a SWE-bench instance (it has a "
+                "test_patch and no swepro, eval_cmd or f2p_script); grade it with the "
+                "swebench protocol (AGENTRL_TRAIN_PROTOCOL/AGENTRL_EVAL_PROTOCOL=swebench)"
+            )
+        method = grading.get("method")
+        if method is None:
+            return (
+                "no grading method: set one of metadata.swepro, metadata.eval_cmd or "
+                "metadata.remote_env_info.f2p_script"
+            )
+        if not task.image and not task.repo:
+            return (
+                "nothing to build a sandbox from: set metadata.image (a sandbox image) or "
+                "metadata.repo (a local directory or tarball)"
+            )
+        if task.repo and "://" not in task.repo and not pathlib.Path(task.repo).exists():
+            return f"metadata.repo {task.repo} does not exist on this machine"
+        if method == "swepro":
+            swepro = grading["swepro"]
+            for key in ("run_script_path", "parser_script_path"):
+                path = swepro.get(key)
+                if not path:
+                    return f"metadata.swepro.{key} is missing"
+                if not pathlib.Path(path).is_file():
+                    return f"metadata.swepro.{key} {path} is not a file on this machine"
+            if not (swepro["fail_to_pass"] or swepro["pass_to_pass"]):
+                return "metadata.swepro lists no fail_to_pass or pass_to_pass tests"
+        return None
+
+    # -- sandbox setup ---------------------------------------------------------------------
+    async def prepare(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
+        swepro = task.grading.get("swepro") or {}
+        details: dict[str, Any] = {}
+        await ensure_git_baseline(sandbox, task.workdir, user=self.user)
+        before = swepro.get("before_repo_set_cmd")
+        if before:
+            details["before_repo_set_exit"] = await self._run_setup_script(
+                sandbox, task, "before_repo_set.sh", before
+            )
+        if task.pre_commands:
+            details["pre_commands_exit"] = await self._run_setup_script(
+                sandbox, task, "pre_commands.sh", "\n".join(task.pre_commands)
+            )
+        return details
+
+    async def _run_setup_script(self, sandbox: Sandbox, task: Task, name: str, body: str) -> int:
+        path = f"{GRADE_DIR}/{name}"
+        await sandbox.write_file(path, f"set -e\ncd {shlex.quote(task.workdir)}\n{body}\n")
+        result = await exec_and_wait(
+            sandbox,
+            f"bash {path}",
+            time_budget=self.setup_timeout,
+            user=self.user,
+            workdir=task.workdir,
+        )
+        if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
+            raise TimeoutError(f"{name} ran longer than {self.setup_timeout:g}s")
+        if result.exit_code != 0:
+            logger.warning(
+                "%s: %s exited %d: %s",
+                task.instance_id,
+                name,
+                result.exit_code,
+                _tail(result.stderr or result.stdout, 500),
+            )
+        return result.exit_code
+
+    # -- grading ---------------------------------------------------------------------------
+    async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
+        reason = self.check(task)
+        if reason:
+            return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+        try:
+            async with sandbox_factory(task) as sandbox:
+                return await self._grade_in(sandbox, task, diff)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("grading %s failed: %r", task.instance_id, exc)
+            return Grade(
+                reward=0.0,
+                applied_cleanly=False,
+                error=f"grader failed: {type(exc).__name__}: {exc}",
+            )
+
+    async def _grade_in(self, sandbox: Sandbox, task: Task, diff: str) -> Grade:
+        grading = task.grading
+        method = grading["method"]
+        details: dict[str, Any] = {"method": method}
+        if method == "swepro":
+            await self._upload_swepro(sandbox, grading["swepro"])
+        details.update(await self.prepare(sandbox, task))
+        patterns = grading.get("test_files")
+        patch = await apply_patch(
+            sandbox,
+            task.workdir,
+            diff,
+            ladder=self.ladder,
+            protect=self.test_patterns if patterns is None else patterns,
+            user=self.user,
+        )
+        details["patch_method"] = patch.method
+        if patch.restored:
+            details["restored_test_files"] = list(patch.restored)
+        if not patch.applied:
+            details["apply_log"] = _tail(patch.log)
+            return Grade(reward=0.0, applied_cleanly=False, details=details)
+        if method == "swepro":
+            return await self._run_swepro(sandbox, task, details)
+        if method == "eval_cmd":
+            script = f"{GRADE_DIR}/eval_cmd.sh"
+            await sandbox.write_file(
+                script, f"cd {shlex.quote(task.workdir)}\n{grading['eval_cmd']}\n"
+            )
+            command = f"bash {script}"
+        else:
+            await sandbox.write_file(f"{task.workdir}/{F2P_FILE}", grading["f2p_script"])
+            command = f'py="$(command -v python || command -v python3)" && "$py" {F2P_FILE}'
+        result = await exec_and_wait(
+            sandbox, command, time_budget=self.timeout, user=self.user, workdir=task.workdir
+        )
+        return self._exit_grade(result, details)
+
+    def _exit_grade(self, result: Any, details: dict[str, Any]) -> Grade:
+        details["exit_code"] = result.exit_code
+        details["output_tail"] = _tail(result.stdout + result.stderr)
+        if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
+            return Grade(
+                reward=0.0,
+                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
+                details=details,
+            )
+        return Grade(reward=1.0 if result.exit_code == 0 else 0.0, details=details)
+
+    async def _upload_swepro(self, sandbox: Sandbox, swepro: Mapping[str, Any]) -> None:
+        await sandbox.exec(f"mkdir -p {GRADE_DIR}/swepro", user=self.user, check=True)
+        for key, target in (
+            ("run_script_path", "run_script.sh"),
+            ("parser_script_path", "parser.py"),
+        ):
+            await sandbox.write_file(
+                f"{GRADE_DIR}/swepro/{target}", pathlib.Path(swepro[key]), user=self.user
+            )
+
+    async def _run_swepro(self, sandbox: Sandbox, task: Task, details: dict[str, Any]) -> Grade:
+        swepro = task.grading["swepro"]
+        here = f"{GRADE_DIR}/swepro"
+        selected = shlex.quote(",".join(swepro["selected_test_files"]))
+        run = await exec_and_wait(
+            sandbox,
+            f"bash {here}/run_script.sh {selected} > {here}/stdout.log 2> {here}/stderr.log",
+            time_budget=self.timeout,
+            user=self.user,
+            workdir=task.workdir,
+        )
+        details["exit_code"] = run.exit_code
+        if run.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
+            return Grade(
+                reward=0.0,
+                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
+                details=details,
+            )
+        parsed = await sandbox.exec(
+            'py="$(command -v python3 || command -v python)" && '
+            f'"$py" {here}/parser.py {here}/stdout.log {here}/stderr.log {here}/result.json '
+            f"&& cat {here}/result.json",
+            user=self.user,
+            workdir=task.workdir,
+            timeout=120,
+        )
+        try:
+            result = json.loads(parsed.stdout)
+            statuses = {t["name"]: t.get("status") for t in result.get("tests", [])}
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
+            log = await sandbox.exec(f"tail -c 2000 {here}/stdout.log", user=self.user)
+            details["output_tail"] = log.stdout
+            return Grade(
+                reward=0.0,
+                error=(
+                    f"the swepro parser produced no readable result.json "
+                    f"(exit {parsed.exit_code}: {type(exc).__name__}); {parsed.stderr[-500:]}"
+                ),
+                details=details,
+            )
+        f2p, p2p = swepro["fail_to_pass"], swepro["pass_to_pass"]
+        passed = {name for name, status in statuses.items() if status == "PASSED"}
+        details["fail_to_pass"] = {"passed": sum(t in passed for t in f2p), "total": len(f2p)}
+        details["pass_to_pass"] = {"passed": sum(t in passed for t in p2p), "total": len(p2p)}
+        if not statuses:
+            log = await sandbox.exec(f"tail -c 2000 {here}/stdout.log", user=self.user)
+            details["output_tail"] = log.stdout
+        required = set(f2p) | set(p2p)
+        solved = bool(required) and required <= passed
+        return Grade(reward=1.0 if solved else 0.0, details=details)

@@ -1,0 +1,320 @@
+"""The ``swebench`` grader: the official swebench package's test spec and report.
+
+The row carries a SWE-bench instance in ``metadata.remote_env_info``. swebench 4.x builds
+the eval script from its own per-repository specs
+(``swebench.harness.test_spec.test_spec.make_test_spec``); swebench 5.x moved
+``make_test_spec`` to ``swebench.harness.utils`` and expects the instance to carry its
+``eval_script``, ``log_parser`` and ``eval_type``. Both work; an instance the installed
+version cannot build is reported by ``check()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import pathlib
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agentrl.graders.base import Grader, SandboxFactory, grade_timeout
+from agentrl.graders.patching import (
+    GIT_ANY_OWNER,
+    apply_patch,
+    ensure_git_baseline,
+    swebench_ladder,
+)
+from agentrl.graders.scaleswe import GRADE_DIR, parse_common
+from agentrl.graders.tasks import prompt_text
+from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
+from agentrl.types import Grade, Task
+
+__all__ = ["SWEBenchGrader", "eval_report", "load_make_test_spec"]
+
+logger = logging.getLogger(__name__)
+
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+#: Instance fields swebench 5.x reads from the instance instead of its own per-repo specs.
+V5_FIELDS = ("eval_script", "log_parser", "eval_type")
+_LOG_TAIL = 2000
+#: Where ``make_test_spec`` lives: swebench 4.x, 3.x, then 5.x.
+_SPEC_MODULES = (
+    "swebench.harness.test_spec.test_spec",
+    "swebench.harness.test_spec",
+    "swebench.harness.utils",
+)
+
+
+class SWEBenchUnavailable(ImportError):
+    """The swebench package is not installed or exposes no ``make_test_spec``."""
+
+
+@functools.cache
+def load_make_test_spec() -> tuple[Callable[..., Any], str]:
+    """``(make_test_spec, module it came from)`` for the installed swebench."""
+    errors = []
+    for module_name in _SPEC_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            errors.append(f"{module_name}: {exc}")
+            continue
+        function = getattr(module, "make_test_spec", None)
+        if callable(function):
+            return function, module_name
+    raise SWEBenchUnavailable(
+        "the swebench package is not installed or has no make_test_spec "
+        f"({'; '.join(errors) or 'no module found'}); install it with: "
+        "pip install 'agentrl[swebench]'"
+    )
+
+
+def swebench_version() -> str:
+    try:
+        return importlib.metadata.version("swebench")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _tests(value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError:
+            return []
+    return [v for v in value or [] if isinstance(v, str)]
+
+
+def eval_report(test_spec: Any, instance_id: str, diff: str, log: str) -> dict[str, Any]:
+    """swebench's ``get_eval_report`` for one captured eval log (it reads from a file)."""
+    from swebench.harness.grading import get_eval_report
+
+    with tempfile.TemporaryDirectory(prefix="agentrl-swebench-") as tmp:
+        path = os.path.join(tmp, "test_output.txt")
+        pathlib.Path(path).write_text(log)
+        report = get_eval_report(
+            test_spec=test_spec,
+            prediction={
+                "instance_id": instance_id,
+                "model_patch": diff,
+                "model_name_or_path": "agentrl",
+            },
+            test_log_path=path,
+            include_tests_status=True,
+        )
+    return report.get(instance_id, {})
+
+
+def _counts(bucket: Mapping[str, Any] | None) -> dict[str, int]:
+    bucket = bucket or {}
+    passed, failed = len(bucket.get("success", [])), len(bucket.get("failure", []))
+    return {"passed": passed, "total": passed + failed}
+
+
+class SWEBenchGrader(Grader):
+    """Grades SWE-bench instances with the installed swebench's spec, ladder and report."""
+
+    name = "swebench"
+
+    def __init__(
+        self,
+        *,
+        timeout: float | None = None,
+        user: str = "root",
+        ladder: Sequence[str] | None = None,
+    ) -> None:
+        self.timeout = grade_timeout(timeout)
+        self.user = user
+        self.ladder = tuple(ladder) if ladder is not None else None
+
+    # -- rows ------------------------------------------------------------------------------
+    def parse_task(self, row: Mapping[str, Any]) -> Task:
+        metadata, remote, extra = parse_common(row)
+        if not remote:
+            raise ValueError(
+                "metadata.remote_env_info is missing: a swebench row carries its SWE-bench "
+                "instance (instance_id, repo, version, test_patch, FAIL_TO_PASS, …) there"
+            )
+        instance = dict(remote)
+        label = extra.get("label")
+        instance_id = remote.get("instance_id") or metadata.get("instance_id") or label
+        if not isinstance(instance_id, str) or not instance_id:
+            raise ValueError("metadata.remote_env_info.instance_id is missing")
+        problem = remote.get("problem_statement") or prompt_text(row.get("prompt"))
+        instance.update(instance_id=instance_id, problem_statement=problem)
+        for key in ("repo", "base_commit", "hints_text", "test_patch", "environment_setup_commit"):
+            instance.setdefault(key, "")
+        for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+            instance.setdefault(key, [])
+        if remote.get("patch") and "gold_patch" not in extra:
+            extra["gold_patch"] = remote["patch"]
+        image = remote.get("image") or metadata.get("image")
+        workdir = remote.get("workdir") or metadata.get("workdir") or "/testbed"
+        repo = metadata.get("repo")
+        for field, value in (("image", image), ("workdir", workdir), ("repo", repo)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+        return Task(
+            instance_id=instance_id,
+            problem_statement=problem if isinstance(problem, str) else "",
+            image=image or None,
+            workdir=workdir,
+            repo=repo or None,
+            protocol=self.name,
+            grading={"instance": instance},
+            metadata=extra,
+        )
+
+    def build_test_spec(self, task: Task) -> Any:
+        """swebench's TestSpec for ``task`` (raises if the installed version cannot build it)."""
+        make_test_spec, _ = load_make_test_spec()
+        instance = dict(task.grading["instance"])
+        instance["image"] = instance.get("image") or task.image or ""
+        spec = make_test_spec(instance)
+        _ = spec.eval_script  # 4.x raises here for an unknown repo or version
+        return spec
+
+    def check(self, task: Task) -> str | None:
+        try:
+            _, module_name = load_make_test_spec()
+        except SWEBenchUnavailable as exc:
+            return str(exc)
+        instance = task.grading.get("instance") or {}
+        version = swebench_version()
+        if not _tests(instance.get("FAIL_TO_PASS")):
+            return "the instance lists no FAIL_TO_PASS tests"
+        if module_name == "swebench.harness.utils":
+            missing = [key for key in V5_FIELDS if not instance.get(key)]
+            if missing:
+                return (
+                    f"swebench {version} expects the instance to carry its own "
+                    f"{', '.join(V5_FIELDS)}; missing: {', '.join(missing)}"
+                )
+            from swebench.harness.log_parsers import PARSER_REGISTRY
+
+            if instance["log_parser"] not in PARSER_REGISTRY:
+                return (
+                    f"log_parser {instance['log_parser']!r} is not one swebench {version} "
+                    f"knows; choose one of {', '.join(sorted(PARSER_REGISTRY)[:8])}, …"
+                )
+        else:
+            for key in ("repo", "version", "base_commit", "test_patch"):
+                if not instance.get(key):
+                    return f"the instance has no {key}"
+        try:
+            spec = self.build_test_spec(task)
+        except Exception as exc:
+            return (
+                f"swebench {version} cannot build a test spec for {task.instance_id}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+        if START_TEST_OUTPUT not in spec.eval_script or END_TEST_OUTPUT not in spec.eval_script:
+            return (
+                f"the eval script does not bracket its test output with {START_TEST_OUTPUT!r} "
+                f"and {END_TEST_OUTPUT!r}, so no test result could be read"
+            )
+        if not task.image and not task.repo:
+            return "nothing to build a sandbox from: set remote_env_info.image or metadata.repo"
+        if task.repo and "://" not in task.repo and not pathlib.Path(task.repo).exists():
+            return f"metadata.repo {task.repo} does not exist on this machine"
+        return None
+
+    # -- grading ---------------------------------------------------------------------------
+    async def prepare(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
+        created = await ensure_git_baseline(sandbox, task.workdir, user=self.user)
+        return {"git_baseline_created": True} if created else {}
+
+    async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
+        reason = await asyncio.to_thread(self.check, task)
+        if reason:
+            return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+        try:
+            spec = await asyncio.to_thread(self.build_test_spec, task)
+            ladder = self.ladder or await asyncio.to_thread(swebench_ladder)
+            async with sandbox_factory(task) as sandbox:
+                details = await self.prepare(sandbox, task)
+                patch = await apply_patch(
+                    sandbox, task.workdir, diff, ladder=ladder, user=self.user
+                )
+                details["patch_method"] = patch.method
+                if not patch.applied:
+                    details["apply_log"] = patch.log[-_LOG_TAIL:]
+                    return Grade(reward=0.0, applied_cleanly=False, details=details)
+                script = f"{GRADE_DIR}/eval.sh"
+                await sandbox.write_file(script, spec.eval_script, user=self.user)
+                result = await exec_and_wait(
+                    sandbox,
+                    f"{GIT_ANY_OWNER}; bash {script} 2>&1",
+                    time_budget=self.timeout,
+                    user=self.user,
+                    workdir=task.workdir,
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("grading %s failed: %r", task.instance_id, exc)
+            return Grade(
+                reward=0.0,
+                applied_cleanly=False,
+                error=f"grader failed: {type(exc).__name__}: {exc}",
+            )
+        log = result.stdout + result.stderr
+        details["eval_exit_code"] = result.exit_code
+        if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
+            details["log_tail"] = log[-_LOG_TAIL:]
+            return Grade(
+                reward=0.0,
+                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
+                details=details,
+            )
+        try:
+            info = await asyncio.to_thread(eval_report, spec, task.instance_id, diff, log)
+        except Exception as exc:
+            details["log_tail"] = log[-_LOG_TAIL:]
+            return Grade(
+                reward=0.0,
+                error=f"swebench could not grade the log: {type(exc).__name__}: {exc}",
+                details=details,
+            )
+        return self._grade_from_report(task, info, log, details)
+
+    def _grade_from_report(
+        self, task: Task, info: Mapping[str, Any], log: str, details: dict[str, Any]
+    ) -> Grade:
+        status = info.get("tests_status") or {}
+        f2p = _counts(status.get("FAIL_TO_PASS"))
+        p2p = _counts(status.get("PASS_TO_PASS"))
+        resolved = bool(info.get("resolved"))
+        details.update(
+            resolved=resolved,
+            tests_found=bool(info.get("patch_successfully_applied")),
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+        )
+        if not resolved and not (f2p["total"] or p2p["total"]):
+            details["log_tail"] = log[-_LOG_TAIL:]
+        if info.get("infra_failure"):
+            return Grade(
+                reward=0.0,
+                error=(
+                    "swebench found an environment failure in the eval log "
+                    f"({info.get('infra_failure_reason', 'unknown')}); the image is broken"
+                ),
+                details=details,
+            )
+        logger.info(
+            "%s: resolved=%s F2P=%d/%d P2P=%d/%d",
+            task.instance_id,
+            resolved,
+            f2p["passed"],
+            f2p["total"],
+            p2p["passed"],
+            p2p["total"],
+        )
+        return Grade(reward=1.0 if resolved else 0.0, details=details)

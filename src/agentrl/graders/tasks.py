@@ -1,0 +1,189 @@
+"""Task rows: slime's JSONL shape, protocol selection, loading, gold patches.
+
+A row is one JSON object with ``prompt`` (a string or a chat message list), ``label`` and
+``metadata``; the grading protocol (``scaleswe`` or ``swebench``) decides how ``metadata``
+is read. The protocol is chosen per call, so training and evaluation may differ.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from agentrl.types import Task
+
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "TaskLoadError",
+    "TaskRow",
+    "gold_patch",
+    "grader_for",
+    "iter_rows",
+    "load_tasks",
+    "prompt_text",
+    "resolve_host_path",
+    "select_protocol",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROTOCOL = "scaleswe"
+
+#: Environment variables read (in this order) when no protocol is passed explicitly.
+_PROTOCOL_ENV = {
+    False: ("AGENTRL_TRAIN_PROTOCOL", "SWE_TRAIN_PROTOCOL"),
+    True: ("AGENTRL_EVAL_PROTOCOL", "SWE_EVAL_PROTOCOL"),
+}
+
+
+class TaskLoadError(ValueError):
+    """A task file or one of its rows could not be read or parsed."""
+
+
+def select_protocol(
+    protocol: str | None = None,
+    *,
+    evaluation: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The grading protocol for one call: explicit, then environment, then ``scaleswe``.
+
+    Training reads ``AGENTRL_TRAIN_PROTOCOL`` then slime's ``SWE_TRAIN_PROTOCOL``;
+    evaluation reads ``AGENTRL_EVAL_PROTOCOL`` then ``SWE_EVAL_PROTOCOL``. The environment
+    is read on every call, never at import time.
+    """
+    if protocol:
+        return protocol.strip()
+    environ = os.environ if env is None else env
+    for name in _PROTOCOL_ENV[bool(evaluation)]:
+        value = environ.get(name, "").strip()
+        if value:
+            return value
+    return DEFAULT_PROTOCOL
+
+
+def grader_for(protocol: str) -> Any:
+    """An instance of the grader registered as ``protocol`` (lists the choices if unknown)."""
+    from agentrl.plugins import get_grader
+
+    return get_grader(protocol)()
+
+
+def prompt_text(prompt: Any) -> str:
+    """The issue text of a slime prompt: a string, or the first user message's text."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for message in prompt:
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                return _flatten_content(message.get("content"))
+    return ""
+
+
+def _flatten_content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "\n".join(parts)
+    return ""
+
+
+def resolve_host_path(value: str | None, base_dir: pathlib.Path | None) -> str | None:
+    """``value`` made absolute against ``base_dir`` when it is a relative host path."""
+    if not value or base_dir is None:
+        return value
+    path = pathlib.Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str((base_dir / path).resolve())
+
+
+def gold_patch(task: Task) -> str | None:
+    """The reference fix of ``task`` (inline, or read from ``gold_patch_path``), if any."""
+    inline = task.metadata.get("gold_patch")
+    if isinstance(inline, str) and inline:
+        return inline
+    path = task.metadata.get("gold_patch_path")
+    if isinstance(path, str) and path:
+        try:
+            return pathlib.Path(path).read_text()
+        except OSError as exc:
+            raise TaskLoadError(
+                f"task {task.instance_id}: cannot read its gold patch {path}: {exc}; "
+                "fix metadata.gold_patch_path (relative paths resolve against the JSONL file)"
+            ) from exc
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class TaskRow:
+    """One parsed row with where it came from."""
+
+    source: str
+    line: int
+    task: Task
+
+
+def iter_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` for every non-blank line of a JSONL file."""
+    file = pathlib.Path(path)
+    try:
+        handle = file.open(encoding="utf-8")
+    except OSError as exc:
+        raise TaskLoadError(f"cannot open task file {file}: {exc}") from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise TaskLoadError(
+                    f"{file}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "each line must be one JSON object"
+                ) from exc
+            if not isinstance(row, dict):
+                raise TaskLoadError(
+                    f"{file}:{number}: expected a JSON object with prompt/label/metadata, "
+                    f"got {type(row).__name__}"
+                )
+            yield number, row
+
+
+def load_tasks(
+    path: str | os.PathLike[str],
+    *,
+    protocol: str | None = None,
+    evaluation: bool = False,
+    grader: Any | None = None,
+) -> list[TaskRow]:
+    """Parse every row of a JSONL task file with the selected protocol's grader.
+
+    Relative host paths in a row (``metadata.repo``, swepro scripts, gold patches) are
+    resolved against the JSONL file's directory.
+    """
+    file = pathlib.Path(path)
+    if grader is None:
+        grader = grader_for(select_protocol(protocol, evaluation=evaluation))
+    base_dir = file.resolve().parent
+    rows = []
+    for number, row in iter_rows(file):
+        try:
+            task = grader.resolve_paths(grader.parse_task(row), base_dir)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TaskLoadError(f"{file}:{number}: {exc}") from exc
+        rows.append(TaskRow(source=str(file), line=number, task=task))
+    logger.info("loaded %d tasks from %s with grader %s", len(rows), file, grader.name)
+    return rows
