@@ -21,8 +21,10 @@ Faults are injected per route (``create``, ``kill``, ``health``, ``process.Start
 - ``status``: a plain proxy error (default 502) instead of an answer;
 - ``reset``: the connection is dropped before any response byte;
 - ``protocol_error``: bytes that are not HTTP, then the connection is closed;
-- ``sever`` (``process.Start``, ``files.read``): the answer starts, then the connection
-  is cut; a severed command keeps running, as it does under envd.
+- ``sever``: the call is carried out, then the connection is cut before the answer is
+  complete (``create``: the sandbox exists but its answer is lost; ``process.Start``: the
+  stream is cut after the start event and the command keeps running, as under envd;
+  ``files.read``: the download stops halfway).
 
 Every request is counted (``request_count``) and every routed call recorded
 (``calls``), so a test can assert that a command ran exactly once or that nothing
@@ -64,7 +66,7 @@ ROUTES = (
     "files.write",
 )
 FAULT_ACTIONS = ("status", "reset", "protocol_error", "sever")
-_SEVERABLE = ("process.Start", "files.read")
+_SEVERABLE = ("create", "process.Start", "files.read")
 _NOT_HTTP = b"\x00\x17\x03 this is not an HTTP response\r\n\r\n"
 #: The client port of the request being handled, so a record can tell connections apart.
 _peer_port: contextvars.ContextVar[int | None] = contextvars.ContextVar("peer_port", default=None)
@@ -295,10 +297,11 @@ class E2BServer:
             return denied
         body = await request.json()
         template = body.get("templateID", "")
-        fault = self.take_fault("create", template)
-        if fault is not None:
-            return await self.apply_fault(request, fault, "create", None, template)
         key = request.headers.get("Idempotency-Key")
+        detail = f"template={template} idempotency_key={key}"
+        fault = self.take_fault("create", detail)
+        if fault is not None and fault.action != "sever":
+            return await self.apply_fault(request, fault, "create", None, detail)
         record = next(
             (r for r in self.sandboxes.values() if key and r.idempotency_key == key and r.alive),
             None,
@@ -319,9 +322,15 @@ class E2BServer:
             )
             self.sandboxes[sandbox_id] = record
             self._arm_reaper(record)
-            self.record("create", sandbox_id, template, "ok")
+            outcome = "ok"
         else:
-            self.record("create", record.sandbox_id, template, "ok:idempotent-replay")
+            outcome = "ok:idempotent-replay"
+        if fault is not None:
+            # Created, but the answer is lost on the way back.
+            self.record("create", record.sandbox_id, detail, "severed")
+            await self.sever(request, fault)
+            raise asyncio.CancelledError
+        self.record("create", record.sandbox_id, detail, outcome)
         return web.json_response(
             {
                 "templateID": record.template,
