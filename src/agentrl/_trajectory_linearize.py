@@ -132,7 +132,9 @@ class _Builder:
         mask = self.mask[:response_length]
         if 1 not in mask:
             return None
-        kept = [span for span in self.spans if span[1] < end]
+        # A turn belongs to the sample if part of its output survives the cut (an empty
+        # output counts when nothing was cut).
+        kept = [span for span in self.spans if span[1] < end or span[1] == len(self.tokens)]
         trained = [span[0] for span in kept if span[2]]
         last_trained = trained[-1]
         metadata: dict[str, Any] = {

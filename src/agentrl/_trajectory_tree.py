@@ -106,6 +106,7 @@ class SessionTree:
         "sid",
         "store",
         "turn_count",
+        "warned_logprobs",
     )
 
     def __init__(self, sid: Any) -> None:
@@ -119,6 +120,7 @@ class SessionTree:
         self.id_bytes = 0
         self.key_bytes = 0
         self.last_turn: TurnTokens | None = None
+        self.warned_logprobs = False
 
     @property
     def held_bytes(self) -> int:

@@ -207,8 +207,6 @@ class TrajectoryManager:
                     f"{where}: output_logprobs has {len(logprobs)} entries but output_ids has "
                     f"{len(output)}; pass exactly one log-prob per sampled token (or none)"
                 )
-        elif output:
-            logger.warning("%s: no output_logprobs; the turn trains with 0.0 log-probs", where)
         keys, roles = [], []
         for position, message in enumerate(prompt_messages):
             if not isinstance(message, Mapping):
@@ -228,6 +226,13 @@ class TrajectoryManager:
             session = self._sessions.get(sid)
             if session is None:
                 session = self._sessions[sid] = SessionTree(sid)
+            if logprobs is None and output and not session.warned_logprobs:
+                session.warned_logprobs = True
+                logger.warning(
+                    "%s: no output_logprobs; such turns train with 0.0 log-probs "
+                    "(ask the engine for log-probs, e.g. SGLang return_logprob=true)",
+                    where,
+                )
             return session.record(
                 keys=keys,
                 roles=roles,

@@ -1,0 +1,299 @@
+"""Property tests for agentrl.trajectory: the TITO invariants hold for generated sessions.
+
+Sessions are generated as chat histories whose messages render to token ids the way a
+chat template does (``[ROLE, *ids]`` per message, then a generation marker equal to the
+assistant role id), so an honest prompt extends the previous turn's prompt + output
+exactly. On top of that the generator forks branches at random depths, opens sub-agent
+and compaction branches, repeats prompts, rewrites replayed assistant messages and injects
+token drift (insertions, replacements, deletions) at random positions and lengths.
+
+Profiles: ``ci`` (default, fast) and ``thorough``; pick one with
+``HYPOTHESIS_PROFILE=thorough``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from agentrl.trajectory import TrainingSample, TrajectoryManager, TurnRecord
+
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+# Own profile names, so a project-wide ``ci`` profile (hypothesis ships one) is not
+# changed; HYPOTHESIS_PROFILE=thorough selects the long run.
+settings.register_profile(
+    "trajectory-ci", max_examples=300, deadline=None, suppress_health_check=_HEALTH
+)
+settings.register_profile(
+    "trajectory-thorough", max_examples=10_000, deadline=None, suppress_health_check=_HEALTH
+)
+_THOROUGH = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "thorough"
+PROFILE = settings.get_profile("trajectory-thorough" if _THOROUGH else "trajectory-ci")
+
+ROLE = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
+GEN = ROLE["assistant"]
+DRIFT_IDS = (7, 8, 9)
+THRESHOLDS = st.sampled_from([0, 1, 2, 3, 5, 1024])
+
+
+@dataclass
+class Turn:
+    """One recorded engine call, as the middleware would pass it."""
+
+    messages: list[dict]
+    prompt: list[int]
+    output: list[int]
+    logprobs: list[float]
+    finish: str
+    response: dict | None
+
+
+@dataclass
+class Session:
+    """A generated session and what is known about its shape."""
+
+    turns: list[Turn] = field(default_factory=list)
+    linear: bool = True  # one branch, honest prompts, no rewrites, non-empty outputs
+
+
+class _Renderer:
+    """Assigns ids to message contents and renders histories to prompt ids."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, list[int]] = {}
+
+    def message(self, role: str, label: str, ids: list[int]) -> dict:
+        self.ids[label] = ids
+        return {"role": role, "content": label}
+
+    def render(self, history: list[dict]) -> list[int]:
+        out: list[int] = []
+        for message in history:
+            out += [ROLE[message["role"]], *self.ids[message["content"]]]
+        return [*out, GEN]
+
+
+@st.composite
+def sessions(draw, linear: bool = False) -> Session:
+    """Generate a session; ``linear`` keeps it to one honest branch."""
+    vocab = draw(st.integers(3, 30))
+    token = st.integers(100, 100 + vocab)
+    renderer = _Renderer()
+    counter = iter(range(10**6))
+
+    def new_message(role: str, min_size: int = 0) -> dict:
+        label = f"{role}-{next(counter)}"
+        return renderer.message(role, label, draw(st.lists(token, min_size=min_size, max_size=5)))
+
+    system = new_message("system", 1)
+    branches = [[system, new_message("user", 1)]]
+    session = Session()
+    ops = ["continue"] if linear else ["continue"] * 4 + ["fork", "sub", "compact", "repeat"]
+    for index in range(1, draw(st.integers(1, 10)) + 1):
+        op = draw(st.sampled_from(ops))
+        b = draw(st.integers(0, len(branches) - 1))
+        history = branches[b]
+        if op == "fork":
+            cut = draw(st.integers(1, len(history)))
+            history = [*history[:cut], new_message(draw(st.sampled_from(["user", "tool"])))]
+            branches.append(history)
+            b = len(branches) - 1
+        elif op == "sub":
+            history = [new_message("system", 1), new_message("user", 1)]
+            branches.append(history)
+            b = len(branches) - 1
+        elif op == "compact":
+            history = [system, new_message("user", 1)]
+            branches.append(history)
+            b = len(branches) - 1
+        elif op == "repeat" and session.turns:
+            previous = draw(st.sampled_from(session.turns))
+            history = list(previous.messages)
+        if not linear and draw(st.integers(0, 4)) == 0:
+            history = _rewrite_last_assistant(draw, renderer, history, token)
+        prompt = renderer.render(history)
+        if not linear and draw(st.integers(0, 2)) == 0:
+            prompt = _drift(draw, prompt)
+            session.linear = False
+        output = draw(st.lists(token, min_size=1 if linear else 0, max_size=8))
+        logprobs = [-(index * 1000 + k + 1) / 1000 for k in range(len(output))]
+        if not linear and output and draw(st.integers(0, 9)) == 0:
+            logprobs = []  # the engine sent none
+        finish = draw(st.sampled_from(["stop", "length", "tool_calls"]))
+        response = None
+        if output:
+            response = renderer.message("assistant", f"assistant-{next(counter)}", output)
+        session.turns.append(Turn(history, prompt, output, logprobs, finish, response))
+        after = [*history, response] if response is not None else list(history)
+        branches[b] = [*after, new_message(draw(st.sampled_from(["user", "tool"])), 1)]
+    session.linear = session.linear and linear
+    return session
+
+
+def _rewrite_last_assistant(draw, renderer: _Renderer, history: list[dict], token) -> list[dict]:
+    """Replace the latest assistant message by a rewritten copy (same or drifted ids)."""
+    positions = [i for i, m in enumerate(history) if m["role"] == "assistant"]
+    if not positions:
+        return history
+    i = positions[-1]
+    ids = list(renderer.ids[history[i]["content"]])
+    if ids and draw(st.booleans()):
+        ids[draw(st.integers(0, len(ids) - 1))] = draw(token)
+    rewritten = renderer.message("assistant", history[i]["content"] + "~", ids)
+    return [*history[:i], rewritten, *history[i + 1 :]]
+
+
+def _drift(draw, prompt: list[int]) -> list[int]:
+    """Insert, replace or delete a short run of ids at a random position."""
+    at = draw(st.integers(0, len(prompt) - 1))
+    length = draw(st.integers(1, 3))
+    run = [draw(st.sampled_from(DRIFT_IDS)) for _ in range(length)]
+    kind = draw(st.sampled_from(["insert", "replace", "delete"]))
+    if kind == "insert":
+        return [*prompt[:at], *run, *prompt[at:]]
+    if kind == "replace":
+        return [*prompt[:at], *run, *prompt[at + length :]] or run
+    return (prompt[:at] + prompt[at + length :]) or run
+
+
+def record(manager: TrajectoryManager, sid: str, session: Session) -> None:
+    for turn in session.turns:
+        manager.record_turn(
+            sid,
+            TurnRecord(turn.prompt, turn.output, turn.logprobs, turn.finish),
+            prompt_messages=turn.messages,
+            response_message=turn.response,
+        )
+
+
+def check_tito(samples: list[TrainingSample], session: Session, limit: int = 0) -> None:
+    """Invariants 1–3 (and 5 when ``limit`` is set) for one session's samples."""
+    used: set[tuple[int, int]] = set()
+    for sample in samples:
+        # 3: sizes agree and the response is never empty.
+        assert sample.response_length >= 1
+        assert len(sample.loss_mask) == len(sample.rollout_logprobs) == sample.response_length
+        assert len(sample.tokens) - sample.prompt_length == sample.response_length
+        assert any(sample.loss_mask)
+        if limit:
+            assert len(sample.tokens) <= limit
+        md = sample.metadata
+        # The sample is a prefix of its last turn's prompt + output, starting with the
+        # prompt of its first turn.
+        first, last = session.turns[md["turns"][0] - 1], session.turns[md["turns"][-1] - 1]
+        if not md["tokens_cut"]:
+            assert list(sample.tokens) == [*last.prompt, *last.output]
+        assert list(sample.tokens[: sample.prompt_length]) == first.prompt
+        # 1 and 2: each trained position is a sampled token with its own log-prob, and
+        # each sampled token is trained at most once across the session.
+        for i, bit in enumerate(sample.loss_mask):
+            position = sample.prompt_length + i
+            lp = sample.rollout_logprobs[i]
+            if not bit:
+                assert lp == 0.0
+                continue
+            turn_index = _owner(sample, position, session)
+            turn = session.turns[turn_index - 1]
+            start = len(turn.prompt)
+            offset = position - start
+            assert 0 <= offset < len(turn.output)
+            assert sample.tokens[position] == turn.output[offset]
+            assert lp == (turn.logprobs[offset] if turn.logprobs else 0.0)
+            assert (turn_index, offset) not in used
+            used.add((turn_index, offset))
+
+
+def _owner(sample: TrainingSample, position: int, session: Session) -> int:
+    """The turn whose output sits at ``position`` of ``sample`` (among its turns)."""
+    for turn_index in sample.metadata["trained_turns"]:
+        turn = session.turns[turn_index - 1]
+        if len(turn.prompt) <= position < len(turn.prompt) + len(turn.output):
+            return turn_index
+    raise AssertionError(f"trained position {position} lies in no trained turn's output")
+
+
+def _count_shapes(samples: list[TrainingSample]) -> None:
+    """Report which mechanisms a generated session exercised (hypothesis statistics)."""
+    event(f"samples={min(len(samples), 4)}")
+    for name, hit in (
+        ("realigned", any(s.metadata["realigned_turns"] for s in samples)),
+        ("merged rewrite", any(s.metadata["merged_turns"] for s in samples)),
+        ("token fork", any(s.metadata["segment"] for s in samples)),
+        ("shared turn untrained", any(not all(s.loss_mask) for s in samples)),
+    ):
+        if hit:
+            event(name)
+
+
+def check_released(manager: TrajectoryManager, sid: str) -> None:
+    """Invariant 6: nothing is held for ``sid`` any more."""
+    assert not manager.has_session(sid)
+    assert manager.turn_count(sid) == 0
+    assert manager.session_stats(sid) is None
+    assert manager.get_trajectory(sid) == []
+    assert sid not in manager._sessions
+
+
+@PROFILE
+@given(session=sessions(), threshold=THRESHOLDS, split=st.sampled_from(["full", "divide"]))
+def test_generated_sessions_keep_tito_invariants(session, threshold, split):
+    """Any generated session yields samples satisfying invariants 1–3 and 6."""
+    manager = TrajectoryManager(fork_threshold_tokens=threshold, reward_split=split)
+    record(manager, "s", session)
+    samples = manager.get_trajectory("s", reward=2.0)
+    check_tito(samples, session)
+    _count_shapes(samples)
+    expected = 2.0 / len(samples) if split == "divide" and samples else 2.0
+    assert all(sample.reward == expected for sample in samples)
+    check_released(manager, "s")
+
+
+@PROFILE
+@given(session=sessions(linear=True), threshold=THRESHOLDS)
+def test_linear_sessions_give_one_sample_of_all_outputs(session, threshold):
+    """Invariant 4: a linear, drift-free session gives one sample training every output."""
+    manager = TrajectoryManager(fork_threshold_tokens=threshold)
+    record(manager, "s", session)
+    (sample,) = manager.get_trajectory("s")
+    check_tito([sample], session)
+    trained = [
+        t
+        for t, bit in zip(sample.tokens[sample.prompt_length :], sample.loss_mask, strict=False)
+        if bit
+    ]
+    assert trained == [token for turn in session.turns for token in turn.output]
+    assert sample.metadata["trained_turns"] == tuple(range(1, len(session.turns) + 1))
+    check_released(manager, "s")
+
+
+@PROFILE
+@given(session=sessions(), threshold=THRESHOLDS, data=st.data())
+def test_truncation_keeps_invariants(session, threshold, data):
+    """Invariant 5: with max_sample_tokens the invariants hold and no sample is too long."""
+    longest = max(len(t.prompt) + len(t.output) for t in session.turns)
+    limit = data.draw(st.integers(1, longest + 2), label="max_sample_tokens")
+    manager = TrajectoryManager(fork_threshold_tokens=threshold)
+    record(manager, "s", session)
+    samples = manager.get_trajectory("s", max_sample_tokens=limit)
+    check_tito(samples, session, limit)
+    event("cut" if any(s.metadata["tokens_cut"] for s in samples) else "not cut")
+    for sample in samples:
+        assert sample.metadata["truncated"] or sample.metadata["tokens_cut"] == 0
+    check_released(manager, "s")
+
+
+@PROFILE
+@given(session=sessions())
+def test_drop_session_releases_everything(session):
+    """Invariant 6: drop_session leaves nothing behind, and other sessions are untouched."""
+    manager = TrajectoryManager()
+    record(manager, "gone", session)
+    record(manager, "kept", session)
+    manager.drop_session("gone")
+    check_released(manager, "gone")
+    assert manager.turn_count("kept") == len(session.turns)
+    check_tito(manager.get_trajectory("kept"), session)
+    check_released(manager, "kept")
