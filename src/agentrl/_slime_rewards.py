@@ -1,0 +1,104 @@
+"""GRPO-style reward normalisation that groups by ``group_index``, for fan-out batches.
+
+slime's default ``_post_process_rewards`` reshapes rewards by ``n_samples_per_prompt``
+only when the batch holds exactly ``n × rollout_batch_size`` samples; with fan-out it
+falls back to one batch-wide group. This replacement groups by ``group_index`` (one group
+per prompt) and computes the group's statistics over *rollouts*, not samples, so a
+rollout that fanned out into K chains counts once, like in the loss. Aborted
+placeholders (infra failures, slime aborts) are left out of the statistics, so a broken
+sandbox never shifts its siblings' advantages; their own normalised reward is 0.0.
+
+Pure Python on purpose: importing it pulls in neither torch nor slime.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["GRPO_FAMILY", "normalize_rewards"]
+
+#: Estimators slime centres per group (and, for the first three, divides by the std).
+GRPO_FAMILY = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+_STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+_EPS = 1e-6
+
+
+def _raw_reward(args: Any, sample: Any) -> float:
+    if hasattr(sample, "get_reward_value"):
+        value = sample.get_reward_value(args)
+    else:
+        value = sample.reward
+        key = getattr(args, "reward_key", None)
+        if key:
+            value = value[key]
+    if value is None:
+        raise ValueError(
+            f"sample index={getattr(sample, 'index', None)} reaches reward post-processing "
+            "with reward=None; every sample needs a reward (agentrl.slime.generate sets one "
+            "on every sample it returns; check --custom-rm-path and sample hooks)"
+        )
+    return float(value)
+
+
+def _is_placeholder(sample: Any) -> bool:
+    status = getattr(sample, "status", None)
+    return bool(getattr(sample, "remove_sample", False)) and (
+        getattr(status, "value", status) == "aborted"
+    )
+
+
+def _rollout_key(position: int, sample: Any) -> tuple[str, Any]:
+    rollout_id = getattr(sample, "rollout_id", None)
+    if rollout_id is not None:
+        return ("rollout", rollout_id)
+    index = getattr(sample, "index", None)
+    return ("index", index) if index is not None else ("position", position)
+
+
+def _sample_std(values: Sequence[float]) -> float:
+    # Bessel-corrected, like torch.std (slime's default normaliser).
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def normalize_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """``(raw_rewards, rewards)`` in ``samples`` order, normalised within each group_index.
+
+    Follows slime's switches: nothing changes unless ``args.advantage_estimator`` is in
+    the GRPO family and ``args.rewards_normalization`` is on; the std division applies to
+    grpo/gspo/cispo when ``args.grpo_std_normalization`` is on.
+    """
+    if samples and isinstance(samples[0], list):
+        raise TypeError(
+            "reward post-processing expects the flattened list of samples slime passes "
+            "(list[Sample]); got a nested list"
+        )
+    raw = [_raw_reward(args, sample) for sample in samples]
+    estimator = getattr(args, "advantage_estimator", "grpo")
+    if estimator not in GRPO_FAMILY or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    use_std = estimator in _STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+
+    # group_index -> rollout key -> positions of that rollout's samples
+    groups: dict[Any, dict[tuple[str, Any], list[int]]] = {}
+    for position, sample in enumerate(samples):
+        if _is_placeholder(sample):
+            continue
+        group = groups.setdefault(getattr(sample, "group_index", None), {})
+        group.setdefault(_rollout_key(position, sample), []).append(position)
+
+    out = [0.0] * len(samples)
+    for rollouts in groups.values():
+        per_rollout = [sum(raw[p] for p in ps) / len(ps) for ps in rollouts.values()]
+        mean = sum(per_rollout) / len(per_rollout)
+        std = _sample_std(per_rollout) if use_std else 0.0
+        for positions in rollouts.values():
+            for p in positions:
+                centred = raw[p] - mean
+                out[p] = centred / (std + _EPS) if use_std else centred
+    return raw, out

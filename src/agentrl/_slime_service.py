@@ -1,0 +1,374 @@
+"""The per-process agent service behind ``agentrl.slime.generate``.
+
+slime calls the custom generate function from one asyncio loop shared by every rollout of
+the batch, so nothing agentrl does may block it. The service owns a background thread
+with its own event loop; the middleware (the HTTP server the agent CLIs call), the
+engine client, sandboxes, harness and graders all live on that loop. slime's loop hands
+each rollout over with ``asyncio.run_coroutine_threadsafe`` and awaits it through
+``asyncio.wrap_future``.
+
+The service is created on the first ``generate`` call (never at import) and then reused
+for the life of the process; ``shutdown_service()`` stops it (tests, clean exits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from agentrl._slime_config import SlimeConfig, SlimeConfigError
+from agentrl.hookspecs import hookimpl
+
+__all__ = ["RolloutOutput", "Service", "ServiceSettings", "get_service", "shutdown_service"]
+
+logger = logging.getLogger(__name__)
+
+#: SGLang parser names (``--sglang-tool-call-parser`` / ``--sglang-reasoning-parser``) ->
+#: the agentrl parser that reads the same format.
+SGLANG_TOOL_PARSERS: dict[str, str] = {
+    "qwen25": "hermes",
+    "qwen": "hermes",
+    "qwen3": "hermes",
+    "hermes": "hermes",
+    "qwen3_coder": "qwen3_coder",
+}
+SGLANG_REASONING_PARSERS: dict[str, str] = {
+    "qwen3": "qwen3",
+    "qwen3-thinking": "deepseek_r1",
+    "deepseek-r1": "deepseek_r1",
+}
+
+
+@attrs.frozen(kw_only=True)
+class ServiceSettings:
+    """What the service is built from: slime's ``args`` and the agentrl environment."""
+
+    hf_checkpoint: str
+    sglang_url: str
+    max_context_tokens: int
+    tool_parser: str | None
+    reasoning_parser: str | None
+    config: SlimeConfig
+
+    @classmethod
+    def from_args(cls, args: Any, config: SlimeConfig) -> ServiceSettings:
+        """Read the few slime arguments the service needs, with errors naming the flag."""
+        hf_checkpoint = getattr(args, "hf_checkpoint", None)
+        if not hf_checkpoint:
+            raise SlimeConfigError(
+                "args.hf_checkpoint is not set; pass --hf-checkpoint with the served model's "
+                "Hugging Face directory (its tokenizer and chat template render the prompts)"
+            )
+        ip = getattr(args, "sglang_router_ip", None)
+        port = getattr(args, "sglang_router_port", None)
+        if not ip or not port:
+            raise SlimeConfigError(
+                f"args.sglang_router_ip={ip!r} / args.sglang_router_port={port!r}: the SGLang "
+                "router address is unknown; agentrl.slime.generate must run inside slime's "
+                "rollout manager, which sets both once the router is up"
+            )
+        host = f"[{ip}]" if ":" in str(ip) and not str(ip).startswith("[") else str(ip)
+        return cls(
+            hf_checkpoint=str(hf_checkpoint),
+            sglang_url=f"http://{host}:{int(port)}",
+            max_context_tokens=int(getattr(args, "rollout_max_context_len", 0) or 0),
+            tool_parser=getattr(args, "sglang_tool_call_parser", None) or None,
+            reasoning_parser=getattr(args, "sglang_reasoning_parser", None) or None,
+            config=config,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RolloutOutput:
+    """What one rollout hands back to slime's loop: a result or why there is none."""
+
+    instance_id: str
+    result: Any = None
+    responses: tuple[str, ...] = ()
+    abort_reason: str | None = None
+    error: str | None = None
+    engine_aborted: bool = False
+
+
+def resolve_parser(kind: str, name: str | None) -> type | None:
+    """The agentrl parser class for an SGLang parser name (``None`` when none is set)."""
+    if not name:
+        return None
+    from agentrl import plugins
+
+    table = SGLANG_TOOL_PARSERS if kind == "tool_parser" else SGLANG_REASONING_PARSERS
+    getter = plugins.get_tool_parser if kind == "tool_parser" else plugins.get_reasoning_parser
+    candidates = dict.fromkeys([table.get(name, name), name, name.replace("-", "_")])
+    first_error: Exception | None = None
+    for candidate in candidates:
+        try:
+            return getter(candidate)
+        except plugins.NotAvailableError as exc:
+            first_error = first_error or exc
+    flag = "--sglang-tool-call-parser" if kind == "tool_parser" else "--sglang-reasoning-parser"
+    raise SlimeConfigError(
+        f"{flag} {name!r} has no agentrl {kind.replace('_', ' ')}: {first_error}. Use a "
+        f"parser for the served model's output format, or register one through a plugin"
+    )
+
+
+class Service:
+    """The middleware, engine client and rollout machinery, on their own loop and thread."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.config = settings.config
+        self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._engine_aborted: set[str] = set()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="agentrl-slime", daemon=True)
+        self._thread.start()
+
+    # -- lifecycle (service thread) ---------------------------------------------------------
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            try:
+                loop.run_until_complete(self._start())
+            except BaseException as exc:
+                self.ready.set_exception(exc)
+                return
+            self.ready.set_result(None)
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(self._stop())
+            loop.close()
+            self._stopped.set()
+
+    async def _start(self) -> None:
+        from agentrl import plugins
+        from agentrl.adapters import Middleware
+        from agentrl.rollout import RolloutConfig
+        from agentrl.tokenizers import load_tokenizer
+        from agentrl.trajectory import TrajectoryManager
+
+        s, c = self.settings, self.config
+        harness_cls = plugins.get_harness(c.harness)
+        sandbox_cls = plugins.get_sandbox(c.sandbox)
+        self.graders = {
+            False: plugins.get_grader(c.grader_for(False))(),
+            True: plugins.get_grader(c.grader_for(True))(),
+        }
+        self.dials_over_network = not c.unix_socket
+        if self.dials_over_network:
+            c.require_public_host()
+        tool_parser = resolve_parser("tool_parser", s.tool_parser)
+        reasoning_parser = resolve_parser("reasoning_parser", s.reasoning_parser)
+        self.tokenizer = await asyncio.to_thread(load_tokenizer, s.hf_checkpoint)
+        self.engine = plugins.get_engine("sglang")(s.sglang_url)
+        self.harness = harness_cls(**c.harness_kwargs())
+        self.sandbox_factory = functools.partial(sandbox_cls.from_task, **c.sandbox_kwargs())
+        self.rollout_config = RolloutConfig(
+            agent_time_budget=c.agent_time_budget,
+            eval_timeout=c.eval_timeout,
+            guard_timeout=c.rollout_guard,
+            boot_retries=c.boot_retries,
+            max_context_tokens=s.max_context_tokens,
+            max_sample_tokens=s.max_context_tokens,
+            **c.rollout_kwargs(RolloutConfig),
+        )
+        self.boot_semaphore = asyncio.Semaphore(c.boot_concurrency)
+        self.middleware = Middleware(
+            engine=self.engine,
+            tokenizer=self.tokenizer,
+            tool_parser=tool_parser,
+            reasoning_parser=reasoning_parser,
+            trajectory=TrajectoryManager(fork_threshold_tokens=c.fork_threshold_tokens),
+        )
+        await self.middleware.start(
+            host=c.bind_host if self.dials_over_network else None,
+            port=c.port if self.dials_over_network else None,
+            unix_path=c.unix_socket,
+        )
+        plugins.get_registry().pm.register(_AbortWatcher(self), name=f"agentrl.slime-{id(self)}")
+        logger.info(
+            "agentrl slime service up: harness=%s sandbox=%s grader=%s/%s engine=%s "
+            "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d",
+            c.harness,
+            c.sandbox,
+            c.grader_for(False),
+            c.grader_for(True),
+            s.sglang_url,
+            getattr(self.middleware, "url", None) or c.unix_socket,
+            s.tool_parser,
+            s.reasoning_parser,
+            s.max_context_tokens,
+        )
+
+    async def _stop(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        middleware = getattr(self, "middleware", None)
+        if middleware is not None:
+            await middleware.close()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            await engine.aclose()
+        with contextlib.suppress(Exception):
+            from agentrl import plugins
+
+            registry = plugins.get_registry()
+            plugin = registry.pm.get_plugin(f"agentrl.slime-{id(self)}")
+            if plugin is not None:
+                registry.pm.unregister(plugin)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the loop after closing the middleware and engine; wait for the thread."""
+        if self.loop is not None and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+
+    # -- calls from slime's loop -------------------------------------------------------------
+    def submit(self, key: str, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Run ``coro`` on the service loop as the task named ``key``."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(self._tracked(key, coro), self.loop)
+
+    def cancel(self, key: str) -> None:
+        """Cancel the rollout ``key`` (thread-safe; its cleanup still runs)."""
+        if self.loop is None or self.loop.is_closed():
+            return
+
+        def _cancel() -> None:
+            task = self._tasks.get(key)
+            if task is not None:
+                task.cancel()
+
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_cancel)
+
+    def engine_aborted(self, session_id: str) -> bool:
+        """Whether the engine answered a turn of ``session_id`` with ``finish_reason=abort``."""
+        return session_id in self._engine_aborted
+
+    async def _tracked(self, key: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks[key] = task
+        try:
+            return await coro
+        finally:
+            self._tasks.pop(key, None)
+            self._engine_aborted.discard(key)
+
+    # -- one rollout (service loop) ----------------------------------------------------------
+    async def rollout(
+        self,
+        row: Mapping[str, Any],
+        *,
+        evaluation: bool,
+        sampling_params: Mapping[str, Any],
+        session_id: str,
+        fallback_instance_id: str,
+    ) -> RolloutOutput:
+        """Parse the row, run the rollout end to end, decode the responses for logging."""
+        from agentrl.rollout import run_rollout
+
+        grader = self.graders[evaluation]
+        try:
+            task = grader.parse_task(row)
+        except (ValueError, KeyError, TypeError) as exc:
+            return RolloutOutput(
+                instance_id=fallback_instance_id,
+                abort_reason="invalid_task",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        reason = grader.check(task)
+        if reason:
+            return RolloutOutput(instance_id=task.instance_id, abort_reason=f"unevaluable:{reason}")
+        result = await run_rollout(
+            task,
+            harness=self.harness,
+            grader=grader,
+            sandbox_factory=self.sandbox_factory,
+            middleware=self.middleware,
+            config=self.rollout_config,
+            sampling_params=dict(sampling_params),
+            session_id=session_id,
+            boot_semaphore=self.boot_semaphore,
+        )
+        responses: Sequence[str] = ()
+        if result.samples and not evaluation:
+            responses = await asyncio.to_thread(self._decode_responses, result.samples)
+        return RolloutOutput(
+            instance_id=task.instance_id,
+            result=result,
+            responses=tuple(responses),
+            engine_aborted=session_id in self._engine_aborted,
+        )
+
+    def _decode_responses(self, samples: Sequence[Any]) -> list[str]:
+        return [
+            self.tokenizer.decode(list(s.tokens[-s.response_length :]), skip_special_tokens=False)
+            for s in samples
+        ]
+
+
+class _AbortWatcher:
+    """Observer plugin: notes sessions whose engine turn finished with ``abort``."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    @hookimpl
+    def on_turn_recorded(self, event: Any) -> None:
+        if getattr(event, "finish_reason", None) != "abort":
+            return
+        session_id = getattr(event, "session_id", None)
+        if session_id in self._service._tasks:
+            self._service._engine_aborted.add(session_id)
+
+
+_service: Service | None = None
+_service_lock = threading.Lock()
+
+
+def get_service(
+    settings: ServiceSettings, factory: Callable[[ServiceSettings], Service] = Service
+) -> Service:
+    """The process's service, started on first use; later calls must agree on the engine."""
+    global _service
+    with _service_lock:
+        if _service is None:
+            _service = factory(settings)
+        elif (_service.settings.sglang_url, _service.settings.hf_checkpoint) != (
+            settings.sglang_url,
+            settings.hf_checkpoint,
+        ):
+            raise SlimeConfigError(
+                "agentrl.slime.generate was called with a different model or router "
+                f"({settings.hf_checkpoint} at {settings.sglang_url}) than this process's "
+                f"running service ({_service.settings.hf_checkpoint} at "
+                f"{_service.settings.sglang_url}); one process serves one model"
+            )
+        return _service
+
+
+def shutdown_service(timeout: float = 30.0) -> None:
+    """Stop the process's service, if one runs (the next ``generate`` starts a fresh one)."""
+    global _service
+    with _service_lock:
+        service, _service = _service, None
+    if service is not None:
+        service.shutdown(timeout)
