@@ -158,6 +158,20 @@ async def test_exec_timeout_kills_the_command(server, make_sandbox):
         assert not (home / "late").exists()
 
 
+async def test_cancelled_exec_kills_the_command(server, make_sandbox):
+    """Cancelling an exec kills its command in the sandbox instead of leaving it running."""
+    async with make_sandbox() as sandbox:
+        home = server.sandboxes[sandbox.sandbox_id].home
+        task = asyncio.create_task(sandbox.exec("touch started; sleep 30; touch late"))
+        await _wait_for(lambda: (home / "started").exists())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [c.outcome for c in server.calls_to("process.SendSignal")] == ["ok"]
+        await _wait_for(lambda: _processes_done(server, sandbox.sandbox_id))
+        assert not (home / "late").exists()
+
+
 async def test_exec_output_is_capped_and_binary_safe(make_sandbox):
     """Long output keeps head and tail around a marker; invalid UTF-8 never crashes."""
     async with make_sandbox(max_output_bytes=64) as sandbox:

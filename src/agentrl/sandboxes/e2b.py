@@ -15,6 +15,7 @@ The e2b SDK is imported only when a sandbox is constructed (``pip install 'agent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import pathlib
@@ -297,6 +298,11 @@ class E2BSandbox(Sandbox):
                 stdout=cap_output(exited.stdout or "", limit),
                 stderr=cap_output(exited.stderr or "", limit),
             )
+        except asyncio.CancelledError:
+            # The caller gave up: do not leave the command running in the sandbox.
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._kill_process(handle)), 5)
+            raise
         except asyncio.TimeoutError:
             await self._kill_process(handle)
             note = f"\n[agentrl: command timed out after {timeout:g}s and was killed]\n"
