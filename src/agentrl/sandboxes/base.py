@@ -29,7 +29,9 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxGoneError",
+    "cap_file",
     "cap_output",
+    "cap_output_shell",
     "check_result",
     "exec_and_wait",
     "max_output_bytes",
@@ -105,6 +107,28 @@ def cap_output(data: bytes | str, limit: int | None = None) -> str:
     head = raw[:half].decode("utf-8", errors="replace")
     tail = raw[-half:].decode("utf-8", errors="replace")
     return head + _TRUNCATION_MARKER.format(n=dropped) + tail
+
+
+def cap_file(path: str | os.PathLike[str], limit: int | None = None) -> str:
+    """Read a (possibly huge) file capped exactly like ``cap_output``; missing reads as ""."""
+    limit = max_output_bytes(limit)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit:
+                return f.read().decode("utf-8", errors="replace")
+            half = limit // 2
+            head = f.read(half)
+            f.seek(size - half)
+            tail = f.read(half)
+    except FileNotFoundError:
+        return ""
+    dropped = size - 2 * half
+    return (
+        head.decode("utf-8", errors="replace")
+        + _TRUNCATION_MARKER.format(n=dropped)
+        + tail.decode("utf-8", errors="replace")
+    )
 
 
 def cap_output_shell(path: str, limit: int) -> str:

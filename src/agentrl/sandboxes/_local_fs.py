@@ -1,0 +1,225 @@
+"""Filesystem preparation for the ``local`` sandbox: root binds, images, the workspace."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+from agentrl.sandboxes.base import SandboxError
+
+logger = logging.getLogger(__name__)
+
+#: Top-level host directories a host-root sandbox sees (read-only); everything else
+#: (/root, /home, /tmp, /run, /var, /mnt, /srv, …) stays out.
+HOST_ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
+#: Files under a bound root that are replaced by an unreadable empty file.
+MASKED_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+)
+#: Top-level directories of an image that the sandbox replaces with its own.
+_IMAGE_SKIP = {"proc", "dev", "sys", "tmp", "root", "home", "run", ".agentrl"}
+_TARBALL_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar.zst")
+
+_overlay_support: dict[str, bool] = {}
+
+
+def cache_dir() -> pathlib.Path:
+    """Where extracted image tarballs are kept: ``AGENTRL_CACHE_DIR`` or ~/.cache/agentrl."""
+    base = os.environ.get("AGENTRL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentrl"
+    )
+    return pathlib.Path(base)
+
+
+def _is_tarball(path: pathlib.Path) -> bool:
+    return path.is_file() and path.name.endswith(_TARBALL_SUFFIXES)
+
+
+def _check_source(kind: str, value: str) -> pathlib.Path:
+    path = pathlib.Path(value).expanduser().resolve()
+    if path.is_dir() or _is_tarball(path):
+        return path
+    what = "does not exist" if not path.exists() else "is neither a directory nor a tarball"
+    raise SandboxError(
+        f"the task's {kind} {value!r} {what}; expected a directory or a tarball "
+        f"({', '.join(_TARBALL_SUFFIXES)}); fix the task's `{kind}` field"
+    )
+
+
+def _extract(tarball: pathlib.Path, dest: pathlib.Path, *, keep_owner: bool) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = ["tar", "-xf", str(tarball), "-C", str(dest)]
+    if not keep_owner:
+        cmd.insert(1, "--no-same-owner")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SandboxError(
+            f"could not extract {tarball}: {proc.stderr.strip()[-500:]}; "
+            "check that it is a readable tar archive"
+        )
+
+
+def prepare_image(image: str | None) -> pathlib.Path | None:
+    """The root directory for ``image`` (a tarball is extracted once into the cache)."""
+    if image is None:
+        return None
+    path = _check_source("image", image)
+    if path.is_dir():
+        return path
+    stat = path.stat()
+    key = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+    target = cache_dir() / "images" / key
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+    logger.info("extracting image %s into %s", path, target)
+    try:
+        _extract(path, staging, keep_owner=os.geteuid() == 0)
+        os.rename(staging, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def root_args(image_root: pathlib.Path | None, mask_file: pathlib.Path) -> list[str]:
+    """bwrap arguments that build the read-only root from the host or an image."""
+    args: list[str] = []
+    if image_root is None:
+        base = pathlib.Path("/")
+        names = [n for n in HOST_ROOT_DIRS if os.path.lexists(f"/{n}")]
+    else:
+        base = image_root
+        names = sorted(n for n in os.listdir(image_root) if n not in _IMAGE_SKIP)
+    for name in names:
+        src = base / name
+        if src.is_symlink():
+            args += ["--symlink", os.readlink(src), f"/{name}"]
+        elif src.is_dir():
+            args += ["--ro-bind", str(src), f"/{name}"]
+        elif src.is_file():
+            args += ["--ro-bind", str(src), f"/{name}"]
+    for masked in MASKED_FILES:
+        if os.path.lexists(str(base) + masked) and not os.path.islink(str(base) + masked):
+            args += ["--ro-bind", str(mask_file), masked]
+    return args
+
+
+def account_files(
+    image_root: pathlib.Path | None, state: pathlib.Path, uid: int
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """passwd and group files naming ``root`` (0) and ``agent`` (``uid``)."""
+    base = image_root or pathlib.Path("/")
+    out = []
+    for name, line in (
+        ("passwd", f"agent:x:{uid}:{uid}:agent:/home/agent:/bin/sh"),
+        ("group", f"agent:x:{uid}:"),
+    ):
+        try:
+            rows = (base / "etc" / name).read_text(errors="replace").splitlines()
+        except OSError:
+            rows = []
+        kept = [r for r in rows if r.split(":")[0] != "agent" and r.split(":")[2:3] != [str(uid)]]
+        if not any(r.startswith("root:") for r in kept):
+            kept.insert(0, "root:x:0:0:root:/root:/bin/sh" if name == "passwd" else "root:x:0:")
+        target = state / name
+        target.write_text("\n".join([*kept, line]) + "\n")
+        out.append(target)
+    return out[0], out[1]
+
+
+def overlay_supported(scratch: pathlib.Path) -> bool:
+    """Whether kernel overlayfs can be mounted in a private mount namespace here."""
+    key = str(scratch)
+    if key in _overlay_support:
+        return _overlay_support[key]
+    probe = pathlib.Path(tempfile.mkdtemp(prefix="overlay-probe-", dir=scratch))
+    try:
+        for sub in ("lower", "upper", "work", "merged"):
+            (probe / sub).mkdir()
+        (probe / "lower" / "f").write_text("x")
+        script = (
+            'mount -t overlay overlay -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" '
+            '"$1/merged" && echo y >> "$1/merged/f"'
+        )
+        proc = subprocess.run(
+            [*overlay_wrapper(), "sh", "-c", script, "sh", str(probe)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        ok = proc.returncode == 0 and (probe / "upper" / "f").is_file()
+        if not ok:
+            logger.info("overlayfs not available (%s); workspaces are copies", proc.stderr.strip())
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.info("overlayfs probe failed (%s); workspaces are copies", exc)
+        ok = False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    _overlay_support[key] = ok
+    return ok
+
+
+def overlay_wrapper() -> list[str]:
+    """The command prefix that gives the sandbox launcher its own mount namespace."""
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        prefix[1:1] = ["--user", "--map-root-user"]
+    return [*prefix, "--"]
+
+
+def prepare_workspace(
+    repo: str | None, state: pathlib.Path, overlay: str
+) -> tuple[pathlib.Path, dict[str, pathlib.Path] | None]:
+    """The host directory bound as the workspace, plus overlay dirs when one is used.
+
+    ``overlay`` is ``"auto"`` (overlayfs when it mounts here, else a copy), ``"never"`` or
+    ``"require"``. The source is never written either way.
+    """
+    ws = state / "workspace"
+    if repo is None:
+        ws.mkdir()
+        return ws, None
+    src = _check_source("repo", repo)
+    if src.is_file():
+        _extract(src, ws, keep_owner=False)
+        return ws, None
+    if overlay != "never" and overlay_supported(state.parent):
+        dirs = {name: state / f"ovl-{name}" for name in ("upper", "work")}
+        for path in dirs.values():
+            path.mkdir()
+        dirs["lower"] = src
+        ws.mkdir()
+        return ws, dirs
+    if overlay == "require":
+        raise SandboxError(
+            "overlay='require' but overlayfs cannot be mounted here (needs root or an "
+            "unprivileged-overlay kernel ≥ 5.11 with user namespaces); use overlay='auto'"
+        )
+    # Copy without owners, so every file belongs to the sandbox's own user.
+    proc = subprocess.run(
+        ["cp", "-R", "--reflink=auto", "--preserve=mode,timestamps,links", f"{src}/.", str(ws)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SandboxError(f"could not copy the repository {src}: {proc.stderr.strip()[-500:]}")
+    return ws, None

@@ -1,0 +1,62 @@
+"""The POSIX sh programs that run inside a ``local`` sandbox.
+
+``init.sh`` is the sandbox's long-lived main process: it starts one socat relay per
+service (127.0.0.1:PORT -> the bound unix socket), reports ready, then reads requests from
+a FIFO and starts each exec detached (``run.sh``) in its own session. The host side talks
+to it only through files under ``/.agentrl/ctl`` (a host directory bound in), so the
+sandbox needs nothing but ``sh`` (``socat`` when services are bound, ``unshare`` from
+util-linux for ``user="root"``). When ``init.sh`` exits the whole sandbox goes with it.
+"""
+
+from __future__ import annotations
+
+CTL = "/.agentrl/ctl"
+BIN = "/.agentrl/bin"
+SERVICES = "/.agentrl/services"
+
+INIT_SH = r"""
+C=/.agentrl/ctl
+fail() { printf '%s\n' "$*" > "$C/ready.tmp"; mv "$C/ready.tmp" "$C/ready"; exit 1; }
+for p in $AGENTRL_SERVICE_PORTS; do
+  command -v socat >/dev/null 2>&1 || fail "error: socat is not installed in the sandbox root; it relays 127.0.0.1:$p to the host service"
+  socat "TCP-LISTEN:$p,bind=127.0.0.1,reuseaddr,fork" "UNIX-CONNECT:/.agentrl/services/$p.sock" &
+done
+for p in $AGENTRL_SERVICE_PORTS; do
+  hex=$(printf '%04X' "$p"); i=0
+  until grep -q "^ *[0-9]*: 0100007F:$hex 00000000:0000 0A" /proc/net/tcp; do
+    i=$((i+1)); [ $i -gt 500 ] && fail "error: the relay for port $p did not start"
+    sleep 0.01
+  done
+done
+unset AGENTRL_SERVICE_PORTS
+echo ready > "$C/ready.tmp" && mv "$C/ready.tmp" "$C/ready"
+exec 3<> "$C/queue"
+while IFS= read -r line <&3; do
+  case "$line" in
+    run\ *) id=${line#run }
+      ( setsid sh /.agentrl/bin/run.sh "$id" < /dev/null > /dev/null 2>&1 & ) 2>/dev/null || {
+        echo "agentrl: could not start the command: the sandbox's process limit is reached" > "$C/req/$id/err"
+        echo 126 > "$C/req/$id/rc"; } ;;
+    kill\ *) id=${line#kill }; g=; read -r g < "$C/req/$id/pgid" 2>/dev/null; [ -n "$g" ] && kill -KILL "-$g" 2>/dev/null ;;
+    exit) exit 0 ;;
+  esac
+done
+"""
+
+RUN_SH = r"""
+d=/.agentrl/ctl/req/$1
+echo $$ > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"
+read -r user < "$d/user"
+if command -v bash >/dev/null 2>&1; then shell=bash; else shell=sh; fi
+inner='. "$1/env.sh" || exit 126; cd "$AGENTRL_WORKDIR" || exit 1; unset AGENTRL_WORKDIR; exec "$2" "$1/cmd.sh"'
+if [ "$user" = root ]; then
+  if command -v unshare >/dev/null 2>&1; then
+    unshare --map-root-user -- sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err"
+  else
+    echo "agentrl: user='root' needs unshare (util-linux) in the sandbox root" > "$d/err"; false
+  fi
+else
+  sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err"
+fi
+echo $? > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
+"""
