@@ -100,6 +100,31 @@ async def test_sandbox_is_killed_when_the_body_raises(server, make_sandbox):
     assert not server.sandboxes[sandbox_id].alive
 
 
+async def test_sandbox_is_killed_when_the_task_is_cancelled_twice(server, make_sandbox):
+    """A task cancelled in its body, then again while the kill is retrying, still kills it."""
+    # Seeded jitter: the one retry sleeps 0.32 s, the window for the second cancel.
+    sandbox = make_sandbox(backoff_base_sec=1.0, backoff_cap_sec=1.0, rng=random.Random(7))
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with sandbox:
+            entered.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(hold())
+    await entered.wait()
+    sandbox_id = sandbox.sandbox_id
+    server.fail_kill(times=1, status=503)
+    task.cancel()
+    await _wait_for(lambda: len(server.calls_to("kill")) == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert server.sandboxes[sandbox_id].alive  # the retry is still sleeping
+    await _wait_for(lambda: not server.sandboxes[sandbox_id].alive)
+    assert [c.outcome for c in server.calls_to("kill")] == ["fault:status:503", "ok"]
+
+
 async def test_wrong_api_key_is_a_clear_boot_error_without_retries(server, make_sandbox):
     """A rejected API key fails the boot at once, naming the API and what to check."""
     with pytest.raises(SandboxError, match=r"refused by http://127\.0\.0\.1.*API key"):

@@ -149,9 +149,13 @@ class E2BSandbox(Sandbox):
     async def aclose(self) -> None:
         if self._handle is None:
             return
+        handle = self._handle
         try:
-            killed = await self._call(
-                f"kill e2b sandbox {self.sandbox_id}", lambda: self._started().kill()
+            # Shielded: a caller cancelled while leaving the context must not leak the sandbox.
+            killed = await asyncio.shield(
+                self._call(
+                    f"kill e2b sandbox {self.sandbox_id}", lambda: (self._handle or handle).kill()
+                )
             )
             if not killed:
                 logger.info("e2b sandbox %s was already gone at exit", self.sandbox_id)
