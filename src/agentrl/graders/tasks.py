@@ -19,9 +19,11 @@ import attrs
 from agentrl.types import Task
 
 __all__ = [
+    "AUTO_PROTOCOL",
     "DEFAULT_PROTOCOL",
     "TaskLoadError",
     "TaskRow",
+    "detect_protocol",
     "gold_patch",
     "grader_for",
     "iter_rows",
@@ -34,6 +36,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROTOCOL = "scaleswe"
+#: Pseudo-protocol: choose ``swebench`` or ``scaleswe`` per row from the row's shape.
+AUTO_PROTOCOL = "auto"
 
 #: Environment variables read (in this order) when no protocol is passed explicitly.
 _PROTOCOL_ENV = {
@@ -51,8 +55,9 @@ def select_protocol(
     *,
     evaluation: bool = False,
     env: Mapping[str, str] | None = None,
+    default: str = DEFAULT_PROTOCOL,
 ) -> str:
-    """The grading protocol for one call: explicit, then environment, then ``scaleswe``.
+    """The grading protocol for one call: explicit, then environment, then ``default``.
 
     Training reads ``AGENTRL_TRAIN_PROTOCOL`` then slime's ``SWE_TRAIN_PROTOCOL``;
     evaluation reads ``AGENTRL_EVAL_PROTOCOL`` then ``SWE_EVAL_PROTOCOL``. The environment
@@ -65,6 +70,24 @@ def select_protocol(
         value = environ.get(name, "").strip()
         if value:
             return value
+    return default
+
+
+def detect_protocol(row: Mapping[str, Any]) -> str:
+    """``swebench`` for a row shaped like a SWE-bench instance, else ``scaleswe``.
+
+    A SWE-bench row carries ``metadata.remote_env_info`` with a ``test_patch`` or an
+    ``eval_script`` and none of scaleswe's grading fields (swepro, eval_cmd, f2p_script).
+    """
+    metadata = row.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return DEFAULT_PROTOCOL
+    remote = metadata.get("remote_env_info")
+    if not isinstance(remote, Mapping):
+        return DEFAULT_PROTOCOL
+    scaleswe = metadata.get("swepro") or metadata.get("eval_cmd") or remote.get("f2p_script")
+    if (remote.get("test_patch") or remote.get("eval_script")) and not scaleswe:
+        return "swebench"
     return DEFAULT_PROTOCOL
 
 
@@ -171,19 +194,26 @@ def load_tasks(
 ) -> list[TaskRow]:
     """Parse every row of a JSONL task file with the selected protocol's grader.
 
-    Relative host paths in a row (``metadata.repo``, swepro scripts, gold patches) are
-    resolved against the JSONL file's directory.
+    ``grader`` (an instance) wins over ``protocol``; protocol ``auto`` picks a grader per
+    row with ``detect_protocol``. Relative host paths in a row (``metadata.repo``, swepro
+    scripts, gold patches) are resolved against the JSONL file's directory.
     """
     file = pathlib.Path(path)
-    if grader is None:
-        grader = grader_for(select_protocol(protocol, evaluation=evaluation))
+    graders: dict[str, Any] = {}
+    chosen = grader.name if grader is not None else select_protocol(protocol, evaluation=evaluation)
+    if grader is not None:
+        graders[chosen] = grader
     base_dir = file.resolve().parent
     rows = []
     for number, row in iter_rows(file):
+        name = detect_protocol(row) if chosen == AUTO_PROTOCOL else chosen
+        if name not in graders:
+            graders[name] = grader_for(name)
+        row_grader = graders[name]
         try:
-            task = grader.resolve_paths(grader.parse_task(row), base_dir)
+            task = row_grader.resolve_paths(row_grader.parse_task(row), base_dir)
         except (ValueError, TypeError, KeyError) as exc:
             raise TaskLoadError(f"{file}:{number}: {exc}") from exc
         rows.append(TaskRow(source=str(file), line=number, task=task))
-    logger.info("loaded %d tasks from %s with grader %s", len(rows), file, grader.name)
+    logger.info("loaded %d tasks from %s (protocol %s)", len(rows), file, chosen)
     return rows
