@@ -22,6 +22,7 @@ not re-entrant) so the event loop stays free. torch and transformers load on fir
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import uuid
@@ -77,6 +78,7 @@ class TransformersEngine(Engine):
         self.seed = seed
         self.extra_stop_ids = tuple(stop_token_ids or ())
         self._model: Any = None
+        self._cache_arg = "past_key_values"
         self._eos_ids: tuple[int, ...] = ()
         self._load_lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-hf")
@@ -112,6 +114,9 @@ class TransformersEngine(Engine):
             if isinstance(eos, int):
                 eos = [eos]
             self._eos_ids = tuple(eos or ())
+            # transformers 5 renamed the KV-cache argument from past_key_values to cache.
+            params = inspect.signature(model.forward).parameters
+            self._cache_arg = "cache" if "cache" in params else "past_key_values"
             self._model = model
             return model
 
@@ -153,9 +158,11 @@ class TransformersEngine(Engine):
         self._cancelled.discard(rid)
 
     async def abort(self, rid: str) -> None:
-        """Stop ``rid`` after its current token (its result finishes with ``abort``)."""
-        if rid in self._running:
-            self._cancelled.add(rid)
+        """Stop ``rid`` after its current token, or before its first if it has not started."""
+        self._cancelled.add(rid)
+        if len(self._cancelled) > 10_000:
+            # Aborts for requests that never arrived must not accumulate forever.
+            self._cancelled &= self._running | {rid}
 
     async def aclose(self) -> None:
         """Stop the worker thread (waits for the current token) and drop the model."""
@@ -193,8 +200,8 @@ class TransformersEngine(Engine):
                 if rid in self._cancelled:
                     finish = "abort"
                     break
-                out = model(input_ids=tokens, past_key_values=past, use_cache=True)
-                past = out.past_key_values
+                out = model(input_ids=tokens, use_cache=True, **{self._cache_arg: past})
+                past = getattr(out, self._cache_arg, None)
                 logits = out.logits[0, -1].float()
                 token, logprob = _sample(
                     logits, temperature, top_p, top_k, min_p, generator=generator
