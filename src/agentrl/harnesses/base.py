@@ -39,6 +39,7 @@ __all__ = [
     "Harness",
     "HarnessContext",
     "HarnessError",
+    "give_to_user",
     "jittered_backoff",
     "parse_extra_args",
     "parse_extra_env",
@@ -56,7 +57,6 @@ _TRANSIENT_NPM = re.compile(
     r"socket hang up|network|E429|E5\d\d|503 Service|502 Bad Gateway|504 Gateway",
     re.IGNORECASE,
 )
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class HarnessError(Exception):
@@ -119,6 +119,34 @@ def parse_extra_env(environ: Mapping[str, str], names: Sequence[str]) -> dict[st
             f'set it like {name}=\'{{"KEY": "value"}}\''
         )
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+async def give_to_user(sandbox: Sandbox, user: str, paths: Sequence[str]) -> None:
+    """Give ``paths`` (recursively) to ``user``; raise ``HarnessError`` if it can't write them.
+
+    Every directory must end up writable by ``user`` (files keep their modes: git's
+    objects are read-only on purpose).
+
+    ``chown`` is tried first; a sandbox whose root is a user namespace mapped onto the
+    agent's own uid (the ``local`` backend) refuses it, but there root's files already
+    belong to the agent, so what counts is the check that ``user`` can write every path.
+    """
+    if user == "root" or not paths:
+        return
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    await sandbox.exec(f"chown -R {shlex.quote(user)} {quoted} 2>/dev/null", user="root")
+    check = await sandbox.exec(
+        f'for p in {quoted}; do [ -w "$p" ] || {{ echo "$p"; exit 1; }}; done; '
+        f"bad=$(find {quoted} -type d ! -writable -print 2>/dev/null | head -n 5); "
+        '[ -z "$bad" ] || { echo "$bad"; exit 1; }',
+        user=user,
+        timeout=300,
+    )
+    if check.exit_code != 0:
+        raise HarnessError(
+            f"user {user!r} cannot write {check.stdout.strip()!r} in the sandbox and chown "
+            f"to it failed; run the agent as a user that owns the workspace, or as root"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -225,8 +253,13 @@ class Harness(abc.ABC):
     def prompt_path(self) -> str:
         return f"{self.state_dir}/prompt.txt"
 
-    def path_env(self) -> str:
-        return f"{self.state_dir}/bin:{self.state_dir}/npm/bin:{self.state_dir}/node/bin:{_DEFAULT_PATH}"
+    def path_prefix(self) -> str:
+        """Directories put in front of the sandbox's own ``PATH`` (CLI, npm, Node)."""
+        return f"{self.state_dir}/bin:{self.state_dir}/npm/bin:{self.state_dir}/node/bin"
+
+    def with_path(self, cmd: str) -> str:
+        """``cmd`` run with the harness directories in front of the sandbox's ``PATH``."""
+        return f'PATH={shlex.quote(self.path_prefix())}:"$PATH"; export PATH; {cmd}'
 
     # -- install ---------------------------------------------------------------------------
     async def install(self, sandbox: Sandbox) -> str:
@@ -241,9 +274,9 @@ class Harness(abc.ABC):
             target = await self._find_preinstalled(sandbox)
         await self._root(sandbox, f"ln -sfn {shlex.quote(target)} {shlex.quote(self.launcher)}")
         probe = await sandbox.exec(
-            f"{shlex.quote(self.launcher)} --version",
+            self.with_path(f"{shlex.quote(self.launcher)} --version"),
             user="root",
-            env={"PATH": self.path_env(), "HOME": self.home},
+            env={"HOME": self.home},
             timeout=120,
         )
         if probe.exit_code != 0:
@@ -263,7 +296,7 @@ class Harness(abc.ABC):
             if candidates
             else f'p=$(command -v {shlex.quote(self.binary)}) && readlink -f "$p"'
         )
-        found = await sandbox.exec(script, user="root", env={"PATH": self.path_env()}, timeout=30)
+        found = await sandbox.exec(self.with_path(script), user="root", timeout=30)
         path = found.stdout.strip()
         if found.exit_code != 0 or not path:
             raise HarnessError(
@@ -274,9 +307,7 @@ class Harness(abc.ABC):
         return path
 
     async def _install_node(self, sandbox: Sandbox) -> None:
-        has_node = await sandbox.exec(
-            "command -v node", user="root", env={"PATH": self.path_env()}, timeout=30
-        )
+        has_node = await sandbox.exec(self.with_path("command -v node"), user="root", timeout=30)
         if has_node.exit_code == 0:
             return
         assert self.node_tarball is not None
@@ -299,7 +330,6 @@ class Harness(abc.ABC):
             remote.append(path)
         prefix = f"{self.state_dir}/npm"
         env = {
-            "PATH": self.path_env(),
             "HOME": f"{self.state_dir}/npm-home",
             "npm_config_prefix": prefix,
             "npm_config_cache": f"{self.state_dir}/npm-cache",
@@ -308,7 +338,9 @@ class Harness(abc.ABC):
             "npm_config_audit": "false",
             "npm_config_engine_strict": "false",
         }
-        cmd = "npm install -g --no-save --loglevel=error " + " ".join(map(shlex.quote, remote))
+        cmd = self.with_path(
+            "npm install -g --no-save --loglevel=error " + " ".join(map(shlex.quote, remote))
+        )
         for attempt in range(1, self.install_attempts + 1):
             result = await sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False)
             if result.exit_code == 0:
@@ -353,21 +385,14 @@ class Harness(abc.ABC):
         await self._chown_state(sandbox, ctx.user)
 
     async def _chown_state(self, sandbox: Sandbox, user: str) -> None:
-        if user == "root":
-            return
-        state = shlex.quote(self.state_dir)
-        q_user = shlex.quote(user)
-        owned = " ".join(
-            shlex.quote(p) for p in (self.home, f"{self.state_dir}/run", *self.owned_dirs())
-        )
+        paths = [self.home, f"{self.state_dir}/run", *self.owned_dirs()]
+        files = [self.log_path, self.stderr_path, self.prompt_path]
         await self._root(
             sandbox,
-            f"mkdir -p {owned} && touch {shlex.quote(self.log_path)} "
-            f"{shlex.quote(self.stderr_path)} {shlex.quote(self.prompt_path)} && "
-            f"chown -R {q_user} {owned} {shlex.quote(self.log_path)} "
-            f"{shlex.quote(self.stderr_path)} {shlex.quote(self.prompt_path)} && "
-            f"chmod 755 {state}",
+            f"mkdir -p {' '.join(map(shlex.quote, paths))} && "
+            f"touch {' '.join(map(shlex.quote, files))}",
         )
+        await give_to_user(sandbox, user, [*paths, *files])
 
     def owned_dirs(self) -> tuple[str, ...]:
         """Directories (besides HOME) the CLI writes to while it runs."""
@@ -382,10 +407,13 @@ class Harness(abc.ABC):
         """The CLI's argv (after the launcher), the prompt read from ``prompt_path`` last."""
 
     def environment(self, ctx: HarnessContext, time_budget: float) -> dict[str, str]:
-        """The CLI's environment: base variables, the harness's own, then ``extra_env``."""
+        """The CLI's environment: base variables, the harness's own, then ``extra_env``.
+
+        ``PATH`` is not set here: the launch line puts the harness directories in front
+        of the sandbox's own ``PATH``, so the agent's tools find the task's toolchain.
+        """
         env = {
             "HOME": self.home,
-            "PATH": self.path_env(),
             "TERM": "dumb",
             "LANG": "C.UTF-8",
             "NO_COLOR": "1",
@@ -401,7 +429,7 @@ class Harness(abc.ABC):
     def shell_command(self, ctx: HarnessContext) -> str:
         """The detached shell line: cd to the workdir, run the CLI, log its output."""
         argv = [self.launcher, *self.command(ctx), *(self.extra_args or ())]
-        return (
+        return self.with_path(
             f"cd {shlex.quote(ctx.workdir)} && exec {shlex.join(argv)} "
             f'"$(cat {shlex.quote(self.prompt_path)})" '
             f"> {shlex.quote(self.log_path)} 2> {shlex.quote(self.stderr_path)} < /dev/null"
@@ -411,9 +439,7 @@ class Harness(abc.ABC):
         self, sandbox: Sandbox, ctx: HarnessContext, prompt: str, time_budget: float
     ) -> int:
         """Run the CLI on ``prompt`` as ``ctx.user``; its exit code, or -1 past the budget."""
-        await sandbox.write_file(self.prompt_path, prompt)
-        if ctx.user != "root":
-            await self._root(sandbox, f"chown {shlex.quote(ctx.user)} {self.prompt_path}")
+        await sandbox.write_file(self.prompt_path, prompt, user=ctx.user)
         result = await exec_and_wait(
             sandbox,
             self.shell_command(ctx),

@@ -1,0 +1,138 @@
+"""The agent's workspace: prepare it before a run, and read back what the agent changed.
+
+The baseline is a git commit of the workspace as the agent receives it (after the task's
+``pre_commands``), built through a private index so the repository's own index, HEAD and
+branches are untouched, and pinned by ``refs/agentrl/baseline``. The diff is taken the
+same way after the run: every file the agent created, changed or deleted, binary files
+included, relative to that baseline (so an agent that commits or stages its work is still
+seen), minus the problem statement, harness files and tool caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Sequence
+
+from agentrl.harnesses.base import HarnessError, give_to_user
+from agentrl.sandboxes.base import Sandbox
+from agentrl.types import Task
+
+__all__ = ["BASELINE_REF", "capture_diff", "prepare_workspace"]
+
+logger = logging.getLogger(__name__)
+
+BASELINE_REF = "refs/agentrl/baseline"
+_STATE = "/tmp/agentrl-workspace"
+_GIT = "git -c safe.directory='*' -c core.autocrlf=false -c core.quotepath=false"
+
+
+def _git_env() -> dict[str, str]:
+    return {
+        "GIT_INDEX_FILE": f"{_STATE}/index",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "agentrl",
+        "GIT_AUTHOR_EMAIL": "agentrl@localhost",
+        "GIT_COMMITTER_NAME": "agentrl",
+        "GIT_COMMITTER_EMAIL": "agentrl@localhost",
+        "HOME": _STATE,
+    }
+
+
+def _pathspec(excludes: Sequence[str]) -> str:
+    specs = ["."] + [f":(exclude){p}" for p in excludes if p]
+    return " ".join(shlex.quote(s) for s in specs)
+
+
+def _snapshot_script(excludes: Sequence[str], ignore: Sequence[str]) -> str:
+    """Shell that refreshes the private index from the working tree (git root = cwd)."""
+    patterns = "\n".join(ignore)
+    return (
+        f"mkdir -p {_STATE} && printf '%s\\n' {shlex.quote(patterns)} > {_STATE}/ignore && "
+        f"{_GIT} -c core.excludesFile={_STATE}/ignore add -A -- {_pathspec(excludes)}"
+    )
+
+
+async def prepare_workspace(
+    sandbox: Sandbox,
+    task: Task,
+    *,
+    user: str = "agent",
+    problem_file: str = "PROBLEM_STATEMENT.md",
+    timeout: float = 600.0,
+    ignore: Sequence[str] = (),
+) -> str:
+    """Run ``task.pre_commands``, snapshot the baseline, write the problem statement.
+
+    Returns the baseline commit id. The workdir (``.git`` included) is handed to ``user``.
+    Raises ``HarnessError`` when a pre-command fails or git is missing.
+    """
+    workdir = shlex.quote(task.workdir)
+    made = await sandbox.exec(f"mkdir -p {workdir}", user="root", timeout=60)
+    if made.exit_code != 0:
+        raise HarnessError(f"cannot create the workdir {task.workdir}: {made.stderr.strip()}")
+    for number, command in enumerate(task.pre_commands, start=1):
+        result = await sandbox.exec(command, user="root", workdir=task.workdir, timeout=timeout)
+        if result.exit_code != 0:
+            raise HarnessError(
+                f"pre_command {number}/{len(task.pre_commands)} of task {task.instance_id} "
+                f"exited with code {result.exit_code}: {command[:200]!r}: "
+                f"{(result.stderr or result.stdout).strip()[-800:]}"
+            )
+    script = (
+        "set -e\n"
+        f"cd {workdir}\n"
+        "command -v git >/dev/null || { echo 'git is not installed in the sandbox' >&2; exit 3; }\n"
+        f"{_GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1 || {_GIT} init -q\n"
+        f'cd "$({_GIT} rev-parse --show-toplevel)"\n'
+        f"rm -f {_STATE}/index\n"
+        f"if {_GIT} rev-parse -q --verify HEAD >/dev/null; then {_GIT} read-tree HEAD; fi\n"
+        f"{_snapshot_script((problem_file,), ignore)}\n"
+        f"tree=$({_GIT} write-tree)\n"
+        f"commit=$(echo 'agentrl baseline' | {_GIT} commit-tree \"$tree\")\n"
+        f'{_GIT} update-ref {BASELINE_REF} "$commit"\n'
+        'echo "$commit"\n'
+    )
+    result = await sandbox.exec(script, user="root", env=_git_env(), timeout=timeout)
+    commit = result.stdout.strip().splitlines()[-1:] if result.exit_code == 0 else []
+    if not commit:
+        raise HarnessError(
+            f"could not snapshot the workspace {task.workdir} with git "
+            f"(exit {result.exit_code}): {(result.stderr or result.stdout).strip()[-800:]}"
+        )
+    await sandbox.write_file(f"{task.workdir.rstrip('/')}/{problem_file}", task.problem_statement)
+    await give_to_user(sandbox, user, [task.workdir])
+    return commit[0]
+
+
+async def capture_diff(
+    sandbox: Sandbox,
+    workdir: str,
+    baseline: str,
+    excludes: Sequence[str],
+    ignore: Sequence[str] = (),
+    *,
+    timeout: float = 300.0,
+) -> str:
+    """The agent's changes since ``baseline`` as a binary-safe git diff (new files included).
+
+    ``excludes`` are repository-relative paths left out (problem statement, harness
+    files); ``ignore`` are gitignore patterns for untracked files (tool caches).
+    """
+    script = (
+        "set -e\n"
+        f"cd {shlex.quote(workdir)}\n"
+        f'cd "$({_GIT} rev-parse --show-toplevel)"\n'
+        f"{_snapshot_script(excludes, ignore)}\n"
+        f"{_GIT} diff --cached --binary --no-color --no-ext-diff {shlex.quote(baseline)} "
+        f"> {_STATE}/agent.diff\n"
+    )
+    result = await sandbox.exec(script, user="root", env=_git_env(), timeout=timeout)
+    if result.exit_code != 0:
+        raise HarnessError(
+            f"could not read the agent's diff in {workdir} (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-800:]}"
+        )
+    # Read as a file: exec output is capped, and a cut diff would not apply.
+    data = await sandbox.read_file(f"{_STATE}/agent.diff", text=False)
+    return bytes(data).decode("utf-8", errors="surrogateescape")
