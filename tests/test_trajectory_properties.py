@@ -187,6 +187,13 @@ def check_tito(samples: list[TrainingSample], session: Session, limit: int = 0) 
         if not md["tokens_cut"]:
             assert list(sample.tokens) == [*last.prompt, *last.output]
         assert list(sample.tokens[: sample.prompt_length]) == first.prompt
+        # Provenance lists exactly the turns whose output starts inside the sample.
+        assert set(md["trained_turns"]) <= set(md["turns"])
+        for turn_index in md["turns"]:
+            start = len(session.turns[turn_index - 1].prompt)
+            assert start < len(sample.tokens) or (
+                start == len(sample.tokens) and not md["tokens_cut"]
+            )
         # 1 and 2: each trained position is a sampled token with its own log-prob, and
         # each sampled token is trained at most once across the session.
         for i, bit in enumerate(sample.loss_mask):

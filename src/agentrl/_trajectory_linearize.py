@@ -134,7 +134,7 @@ class _Builder:
             return None
         # A turn belongs to the sample if part of its output survives the cut (an empty
         # output counts when nothing was cut).
-        kept = [span for span in self.spans if span[1] < end or span[1] == len(self.tokens)]
+        kept = [span for span in self.spans if span[1] < end or span[1] == end == len(self.tokens)]
         trained = [span[0] for span in kept if span[2]]
         last_trained = trained[-1]
         metadata: dict[str, Any] = {
