@@ -1,0 +1,165 @@
+"""Bad input and failures: each answered in its protocol's error shape, never with a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl.adapters.anthropic import AnthropicAdapter
+from agentrl.adapters.base import Middleware
+from agentrl.engines.sglang import SGLangEngine
+
+pytest_plugins = ("middleware_fixtures",)
+
+ROUTES = {
+    "anthropic": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "openai_responses": ("/v1/responses", {"model": "m", "input": "hi"}),
+    "openai_chat": (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    ),
+}
+
+
+def error_message(protocol: str, body: dict) -> str:
+    """The message of an error body, checking the protocol's shape."""
+    if protocol == "anthropic":
+        assert body["type"] == "error"
+        assert set(body["error"]) == {"type", "message"}
+    else:
+        assert set(body["error"]) >= {"message", "type", "param", "code"}
+    assert "Traceback" not in body["error"]["message"]
+    return body["error"]["message"]
+
+
+async def send(http, mw, protocol, *, data=None, body=None, token="", status):
+    path, default = ROUTES[protocol]
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    payload = data if data is not None else json.dumps(default if body is None else body)
+    async with http.post(mw.url + path, data=payload, headers=headers) as response:
+        text = await response.text()
+        assert response.status == status, text
+        assert response.headers["Content-Type"].startswith("application/json")
+        return error_message(protocol, json.loads(text))
+
+
+@pytest.mark.parametrize("protocol", sorted(ROUTES))
+async def test_malformed_json_is_400_in_the_protocol_shape(protocol, middleware, http):
+    """A body that is not JSON is a 400 invalid_request_error saying so."""
+    token = middleware.open_session("s")
+    message = await send(http, middleware, protocol, data=b'{"model": ', token=token, status=400)
+    assert "not valid JSON" in message
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body", "field"),
+    [
+        (
+            "anthropic",
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"},
+            "max_tokens",
+        ),
+        ("anthropic", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ("anthropic", {"messages": "hello"}, "messages"),
+        (
+            "anthropic",
+            {"messages": [{"role": "user", "content": "x"}], "tools": [{"name": 3}]},
+            "tools[0].name",
+        ),
+        ("openai_responses", {"input": 5}, "input"),
+        (
+            "openai_responses",
+            {"input": [{"type": "function_call", "name": "f", "arguments": {}}]},
+            "input[0].arguments",
+        ),
+        ("openai_responses", {"input": "x", "temperature": "hot"}, "temperature"),
+        (
+            "openai_chat",
+            {"messages": [{"role": "user", "content": "x"}], "stream": "yes"},
+            "stream",
+        ),
+        ("openai_chat", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        (
+            "openai_chat",
+            {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 1}}]}]},
+            "messages[0].tool_calls[0].function.name",
+        ),
+    ],
+)
+async def test_wrong_field_type_is_400_naming_the_field(
+    protocol, body, field, middleware, scripted_engine, http
+):
+    """A field of the wrong type is rejected before the engine is called, and named."""
+    token = middleware.open_session("s")
+    message = await send(http, middleware, protocol, body=body, token=token, status=400)
+    assert message.startswith(f"{field}:"), message
+    assert scripted_engine.generate_requests == []
+
+
+@pytest.mark.parametrize("protocol", sorted(ROUTES))
+async def test_oversized_body_is_413(protocol, middleware, http):
+    """A body over max_body_bytes is refused with 413 and the limit named."""
+    token = middleware.open_session("s")
+    body = ROUTES[protocol][1]
+    huge = json.dumps({**body, "padding": "x" * (middleware.max_body_bytes + 10)})
+    message = await send(http, middleware, protocol, data=huge, token=token, status=413)
+    assert str(middleware.max_body_bytes) in message
+
+
+@pytest.mark.parametrize("protocol", sorted(ROUTES))
+async def test_engine_error_is_502_and_other_sessions_keep_working(
+    protocol, middleware, scripted_engine, http
+):
+    """An engine failure is a 5xx the client reports; the turn is not recorded; others go on."""
+    broken = middleware.open_session("broken")
+    healthy = middleware.open_session("healthy")
+    scripted_engine.fail_next(500, "CUDA out of memory", session="broken")
+    scripted_engine.queue("fine", session="healthy")
+    message = await send(http, middleware, protocol, token=broken, status=502)
+    assert "inference engine failed" in message and "HTTP 500" in message
+    assert not middleware.trajectory.has_session("broken")
+    path, body = ROUTES[protocol]
+    async with http.post(
+        middleware.url + path, json=body, headers={"Authorization": f"Bearer {healthy}"}
+    ) as response:
+        assert response.status == 200
+    assert middleware.trajectory.turn_count("healthy") == 1
+
+
+async def test_unreachable_engine_is_502(qwen_tokenizer, http):
+    """With nothing listening at the engine URL, the client gets 502 naming the problem."""
+    engine = SGLangEngine("http://127.0.0.1:9")
+    mw = Middleware(engine=engine, tokenizer=qwen_tokenizer, adapters=[AnthropicAdapter()])
+    await mw.start()
+    try:
+        token = mw.open_session("s")
+        message = await send(http, mw, "anthropic", token=token, status=502)
+        assert "engine" in message
+    finally:
+        await mw.close()
+        await engine.aclose()
+
+
+class ExplodingAdapter(AnthropicAdapter):
+    """An adapter with a bug: the middleware must answer 500 without leaking the traceback."""
+
+    def parse_request(self, body, headers):
+        raise RuntimeError("secret internal detail")
+
+
+async def test_internal_error_is_500_without_traceback(qwen_tokenizer, sglang_client, http, caplog):
+    """An unexpected exception is logged with its traceback; the client sees a plain 500."""
+    mw = Middleware(engine=sglang_client, tokenizer=qwen_tokenizer, adapters=[ExplodingAdapter()])
+    await mw.start()
+    try:
+        token = mw.open_session("s")
+        message = await send(http, mw, "anthropic", token=token, status=500)
+        assert "secret internal detail" not in message
+        assert "internal error" in message
+        assert "secret internal detail" in caplog.text
+    finally:
+        await mw.close()
