@@ -307,12 +307,14 @@ def test_eval_placeholder_shape():
     checks.check_sample_fields(p)
 
 
-def test_task_row_exposes_metadata_fields_and_prompt():
-    """The grader sees the dataset metadata's fields plus prompt, label and metadata."""
+def test_task_row_is_slimes_row_shape():
+    """The grader sees the row as slime read it: prompt, label and metadata."""
     row = task_row(_base(metadata={"image": "img", "workdir": "/w"}))
-    assert row["image"] == "img" and row["workdir"] == "/w"
-    assert row["prompt"] == "fix the bug" and row["label"] == "repo__issue-1"
-    assert row["metadata"] == {"image": "img", "workdir": "/w"}
+    assert row == {
+        "prompt": "fix the bug",
+        "label": "repo__issue-1",
+        "metadata": {"image": "img", "workdir": "/w"},
+    }
 
 
 def test_session_id_prefers_slime_then_mints_unique():

@@ -52,17 +52,17 @@ ENV_VARS: tuple[_Var, ...] = (
     ),
     _Var(
         field="grader",
-        name="AGENTRL_GRADER",
+        name="AGENTRL_TRAIN_PROTOCOL",
         aliases=("SWE_TRAIN_PROTOCOL",),
         kind=str,
         help="grader plugin for training rollouts (scaleswe, swebench, …)",
     ),
     _Var(
         field="eval_grader",
-        name="AGENTRL_EVAL_GRADER",
+        name="AGENTRL_EVAL_PROTOCOL",
         aliases=("SWE_EVAL_PROTOCOL",),
         kind=str,
-        help="grader plugin for evaluation rollouts (default: AGENTRL_GRADER)",
+        help="grader plugin for evaluation rollouts (default: AGENTRL_TRAIN_PROTOCOL)",
     ),
     _Var(
         field="public_host",
@@ -90,7 +90,7 @@ ENV_VARS: tuple[_Var, ...] = (
         name="AGENTRL_UNIX_SOCKET",
         aliases=(),
         kind=str,
-        help="also serve the middleware on this unix socket (local sandboxes dial it)",
+        help="serve the middleware on this unix socket instead of TCP (local sandboxes)",
     ),
     _Var(
         field="agent_time_budget",
@@ -125,7 +125,7 @@ ENV_VARS: tuple[_Var, ...] = (
         name="AGENTRL_BOOT_RETRIES",
         aliases=("SWE_BOOT_RETRIES",),
         kind=int,
-        help="attempts to boot a sandbox before the rollout is an infra failure",
+        help="boot retries after a failed first attempt (then the rollout is an infra failure)",
     ),
     _Var(
         field="fork_threshold_tokens",
@@ -136,10 +136,18 @@ ENV_VARS: tuple[_Var, ...] = (
     ),
     _Var(
         field="prompt",
-        name="AGENTRL_PROMPT",
+        name="AGENTRL_PROMPT_TEMPLATE",
         aliases=("SWE_CC_PROMPT",),
         kind=str,
-        help="task instruction given to the agent (default: the harness's own)",
+        help="the agent's task prompt; {problem_statement}, {workdir}, {problem_file} and "
+        "{instance_id} are filled in (default: agentrl.rollout.DEFAULT_PROMPT)",
+    ),
+    _Var(
+        field="max_turns",
+        name="AGENTRL_MAX_TURNS",
+        aliases=(),
+        kind=int,
+        help="model calls one rollout may make before the middleware answers 429",
     ),
     _Var(
         field="cli_path",
@@ -230,9 +238,10 @@ class SlimeConfig:
         default=None, converter=_zero_is_none, validator=_positive
     )
     boot_concurrency: int = attrs.field(default=16, validator=_positive)
-    boot_retries: int = attrs.field(default=2, validator=_positive)
+    boot_retries: int = attrs.field(default=2, validator=_non_negative)
     fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
     prompt: str | None = None
+    max_turns: int | None = attrs.field(default=None, validator=_positive)
     cli_path: str | None = None
     cli_tarballs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     node_tarball: str | None = None
@@ -284,20 +293,33 @@ class SlimeConfig:
             options["tarballs"] = self.cli_tarballs
         if self.node_tarball:
             options["node_tarball"] = self.node_tarball
-        if self.model:
-            options["model"] = self.model
         return options
 
     def sandbox_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the sandbox backend's ``from_task``."""
-        return dict(self.sandbox_options)
+        """Keyword arguments for the sandbox backend's ``from_task``.
 
-    def rollout_kwargs(self, rollout_config_cls: type) -> dict[str, Any]:
-        """Extra ``RolloutConfig`` fields set here (the prompt), where that class has them."""
-        names = {field.name for field in attrs.fields(rollout_config_cls)}
-        options: dict[str, Any] = {}
-        if self.prompt and "prompt" in names:
-            options["prompt"] = self.prompt
+        With a unix socket, the socket is also bound into every sandbox as the service on
+        ``port`` (the local backend's ``services``), which is where the agent dials.
+        """
+        options = dict(self.sandbox_options)
+        if self.unix_socket:
+            services = dict(options.get("services") or {})
+            services.setdefault(self.port or 18001, self.unix_socket)
+            options["services"] = services
+        return options
+
+    def rollout_kwargs(self) -> dict[str, Any]:
+        """The ``RolloutConfig`` fields set from here (budgets, prompt, turn cap, model)."""
+        options: dict[str, Any] = {
+            "agent_time_budget": self.agent_time_budget,
+            "eval_timeout": self.eval_timeout,
+            "guard_timeout": self.rollout_guard,
+            "boot_retries": self.boot_retries,
+            "max_turns": self.max_turns,
+            "model": self.model,
+        }
+        if self.prompt:
+            options["prompt_template"] = self.prompt
         return options
 
     def to_dict(self) -> dict[str, Any]:

@@ -82,15 +82,13 @@ def task_row(sample: Any) -> dict[str, Any]:
     """The dataset row a grader parses, rebuilt from a slime sample.
 
     slime keeps the row's ``--input-key`` in ``prompt``, ``--label-key`` in ``label`` and
-    ``--metadata-key`` in ``metadata``; the row is the metadata's fields plus ``prompt``,
-    ``label`` and ``metadata`` itself, so graders find either shape.
+    ``--metadata-key`` in ``metadata``, which is the row shape agentrl's graders read.
     """
-    metadata = dict(getattr(sample, "metadata", None) or {})
-    row: dict[str, Any] = dict(metadata)
-    row.setdefault("prompt", getattr(sample, "prompt", ""))
-    row.setdefault("label", getattr(sample, "label", None))
-    row["metadata"] = metadata
-    return row
+    return {
+        "prompt": getattr(sample, "prompt", ""),
+        "label": getattr(sample, "label", None),
+        "metadata": dict(getattr(sample, "metadata", None) or {}),
+    }
 
 
 def _fresh(base: Any, **fields: Any) -> Any:

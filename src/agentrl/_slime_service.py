@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import threading
+import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -155,7 +156,7 @@ class Service:
 
     async def _start(self) -> None:
         from agentrl import plugins
-        from agentrl.adapters import Middleware
+        from agentrl.adapters.base import Middleware
         from agentrl.rollout import RolloutConfig
         from agentrl.tokenizers import load_tokenizer
         from agentrl.trajectory import TrajectoryManager
@@ -172,19 +173,10 @@ class Service:
             c.require_public_host()
         tool_parser = resolve_parser("tool_parser", s.tool_parser)
         reasoning_parser = resolve_parser("reasoning_parser", s.reasoning_parser)
-        self.tokenizer = await asyncio.to_thread(load_tokenizer, s.hf_checkpoint)
-        self.engine = plugins.get_engine("sglang")(s.sglang_url)
         self.harness = harness_cls(**c.harness_kwargs())
         self.sandbox_factory = functools.partial(sandbox_cls.from_task, **c.sandbox_kwargs())
-        self.rollout_config = RolloutConfig(
-            agent_time_budget=c.agent_time_budget,
-            eval_timeout=c.eval_timeout,
-            guard_timeout=c.rollout_guard,
-            boot_retries=c.boot_retries,
-            max_context_tokens=s.max_context_tokens,
-            max_sample_tokens=s.max_context_tokens,
-            **c.rollout_kwargs(RolloutConfig),
-        )
+        self.tokenizer = await asyncio.to_thread(load_tokenizer, s.hf_checkpoint)
+        self.engine = plugins.get_engine("sglang")(s.sglang_url)
         self.boot_semaphore = asyncio.Semaphore(c.boot_concurrency)
         self.middleware = Middleware(
             engine=self.engine,
@@ -193,10 +185,18 @@ class Service:
             reasoning_parser=reasoning_parser,
             trajectory=TrajectoryManager(fork_threshold_tokens=c.fork_threshold_tokens),
         )
-        await self.middleware.start(
-            host=c.bind_host if self.dials_over_network else None,
-            port=c.port if self.dials_over_network else None,
-            unix_path=c.unix_socket,
+        if self.dials_over_network:
+            await self.middleware.start(host=c.bind_host, port=c.port)
+            bound_port = urllib.parse.urlsplit(self.middleware.url).port
+            where = {"middleware_host": c.require_public_host(), "middleware_port": bound_port}
+        else:
+            await self.middleware.start(host=None, unix_path=c.unix_socket)
+            where = {"middleware_host": "127.0.0.1", "middleware_port": c.port or 18001}
+        self.rollout_config = RolloutConfig(
+            max_context_tokens=s.max_context_tokens,
+            max_sample_tokens=s.max_context_tokens,
+            **where,
+            **c.rollout_kwargs(),
         )
         plugins.get_registry().pm.register(_AbortWatcher(self), name=f"agentrl.slime-{id(self)}")
         logger.info(

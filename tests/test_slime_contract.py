@@ -1,0 +1,262 @@
+"""Contract suite: ``agentrl.slime.generate`` end to end, checked the way slime checks it.
+
+Each case runs the real entry point the way slime's rollout manager calls it
+(``await generate(args, sample, sampling_params, evaluation=...)`` from its own event
+loop) with a stand-in ``Sample`` written from slime's contract, then pushes the outputs
+through the checks slime applies (``tests/slime_stub/checks.py``). What runs for real: the
+Claude Code CLI, the bubblewrap sandbox, the middleware, the SGLang client, the Qwen3
+tokenizer and the scaleswe grader. The one test double is the scripted SGLang server
+(``agentrl.testing.scripted_engine``), which speaks SGLang's HTTP protocol; its replies
+are chosen from the decoded prompt, so the agent's own requests drive the script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import types
+
+import pytest
+
+import agentrl.slime as slime_mod
+from agentrl.graders.check import host_python_options
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
+from slime_stub import checks
+from slime_stub.sample import Sample
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TASKS = REPO_ROOT / "examples" / "tasks"
+CLI_DIR = REPO_ROOT / ".cache" / "clis"
+CLAUDE = CLI_DIR / "bin" / "claude"
+
+FIX_MARKER = "AGENTRL-FIX-APPLIED"
+FIX_SCRIPT = (
+    "python3 - <<'PY'\n"
+    "import pathlib\n"
+    "p = pathlib.Path('textstats/core.py')\n"
+    "s = p.read_text()\n"
+    "s = s.replace('text.split(\" \")', 'text.split()')\n"
+    "s = s.replace('        result.append(token)', "
+    "'        if token:\\n            result.append(token)')\n"
+    "p.write_text(s)\n"
+    "print('AGENTRL-' + 'FIX-APPLIED')\n"
+    "PY"
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+]
+
+
+def _tool_call(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+class AgentScript:
+    """Chooses the scripted engine's reply from what the agent's prompt says so far.
+
+    Main agent: (optionally) dispatch a sub-agent, then run the fix through Bash, then
+    finish. Sub-agent: report back in one turn. Every reply is plain model text in the
+    Qwen3 format; the middleware's parsers turn it into the agent's wire protocol.
+    """
+
+    def __init__(self, tokenizer, *, subagent: bool = False, fix: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.subagent = subagent
+        self.fix = fix
+        self.prompts: list[str] = []
+
+    def __call__(self, body, headers) -> ScriptedReply:
+        prompt = self.tokenizer.decode(body["input_ids"], skip_special_tokens=False)
+        self.prompts.append(prompt)
+        if "cc_is_subagent=true" in prompt:
+            return ScriptedReply(text="The package lives in textstats/core.py.")
+        if FIX_MARKER in prompt:
+            # The fix ran (its output is in the prompt): anything after that ends the run.
+            return ScriptedReply(text="All done: the fix is in place.")
+        if self.subagent and "Async agent launched" not in prompt:
+            return ScriptedReply(
+                text="Let me look around first.\n"
+                + _tool_call(
+                    "Agent",
+                    {
+                        "description": "Find the word code",
+                        "prompt": "Which file defines words()?",
+                        "subagent_type": "general-purpose",
+                    },
+                )
+            )
+        if not self.fix:
+            return ScriptedReply(text="I could not find the problem.")
+        return ScriptedReply(text="Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}))
+
+
+@pytest.fixture
+def short_dir():
+    """A short directory for unix sockets (their paths are limited to 108 bytes)."""
+    path = tempfile.mkdtemp(prefix="arl-")
+    try:
+        yield pathlib.Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def slime_env(monkeypatch, short_dir):
+    """The agentrl environment a slime launcher would export, for the local sandbox."""
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing; run scripts/install-clis.sh (make test does)")
+    cli_root = str(CLI_DIR.resolve())
+    sandbox_options = host_python_options()  # the grader runs the task's pytest inside
+    sandbox_options["ro_binds"][cli_root] = cli_root
+    env = {
+        "AGENTRL_HARNESS": "claude_code",
+        "AGENTRL_SANDBOX": "local",
+        "AGENTRL_TRAIN_PROTOCOL": "scaleswe",
+        "AGENTRL_UNIX_SOCKET": str(short_dir / "mw.sock"),
+        "AGENTRL_PORT": "18001",
+        "AGENTRL_CLI_PATH": str(CLAUDE),
+        "AGENTRL_SANDBOX_OPTIONS": json.dumps(sandbox_options),
+        "AGENTRL_AGENT_TIME_BUDGET": "120",
+        "AGENTRL_EVAL_TIMEOUT": "120",
+        "AGENTRL_ABORT_POLL_SEC": "0.1",
+    }
+    for name in list(os.environ):
+        if name.startswith(("AGENTRL_", "SWE_", "ADAPTER_", "SLIME_")):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    yield env
+    slime_mod.shutdown_service()
+
+
+def _args(engine: ScriptedEngine, tokenizer_dir, **kw) -> types.SimpleNamespace:
+    host, port = engine.url.removeprefix("http://").split(":")
+    values = dict(
+        hf_checkpoint=str(tokenizer_dir),
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+        rollout_max_context_len=32768,
+        sglang_tool_call_parser="qwen25",
+        sglang_reasoning_parser="qwen3",
+        n_samples_per_prompt=1,
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        reward_key=None,
+    )
+    values.update(kw)
+    return types.SimpleNamespace(**values)
+
+
+def _textstats_sample(index: int = 0, group_index: int = 0, **kw) -> Sample:
+    row = json.loads((TASKS / "scaleswe.jsonl").read_text().splitlines()[0])
+    metadata = dict(row["metadata"])
+    metadata["repo"] = str(TASKS / metadata["repo"])
+    metadata.pop("gold_patch_path", None)
+    return Sample(
+        index=index,
+        group_index=group_index,
+        prompt=row["prompt"],
+        label=row["label"],
+        metadata=metadata,
+        session_id=kw.pop("session_id", f"slime-session-{index}"),
+        **kw,
+    )
+
+
+SAMPLING = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_new_tokens": 4096,
+    "stop": None,
+    "stop_token_ids": [151645],
+    "skip_special_tokens": False,
+    "no_stop_trim": True,
+    "spaces_between_special_tokens": False,
+}
+
+
+async def _engine(tokenizer, script) -> ScriptedEngine:
+    engine = ScriptedEngine(tokenizer, responder=script)
+    await engine.start()
+    return engine
+
+
+async def test_solved_rollout_passes_slime_checks(slime_env, qwen_tokenizer, qwen_tokenizer_dir):
+    """Claude Code fixes the task in a local sandbox: trained samples, reward 1, slime-valid."""
+    script = AgentScript(qwen_tokenizer)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        sample = _textstats_sample(index=3, group_index=1)
+        params = dict(SAMPLING)
+        out = await slime_mod.generate(args, sample, params, evaluation=False)
+    finally:
+        await engine.close()
+    assert params == SAMPLING  # read-only
+    checks.check_return_shape(out)
+    assert all(s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED) for s in out), [
+        s.metadata.get("abort_reason") for s in out
+    ]
+    assert all(s.reward == 1.0 and not s.remove_sample for s in out), out[0].metadata
+    assert {s.rollout_id for s in out} == {3}
+    assert all((s.index, s.group_index) == (3, 1) for s in out)
+    meta = out[0].metadata
+    assert meta["outcome"] == "solved" and meta["agent_exit_code"] == 0
+    assert meta["instance_id"] == "textstats-1" and meta["session_id"] == "slime-session-3"
+    assert set(meta["timings"]) >= {"boot", "agent", "grade"}
+    # Every trained token is one the engine sampled, with the engine's log-prob.
+    sampled = {}
+    for served in engine.served:
+        for token, logprob in zip(served.output_ids, served.logprobs, strict=True):
+            sampled.setdefault(token, set()).add(logprob)
+    trained = 0
+    for s in out:
+        response = s.tokens[-s.response_length :]
+        for token, mask, logprob in zip(response, s.loss_mask, s.rollout_log_probs, strict=True):
+            if mask:
+                trained += 1
+                assert logprob in sampled[token]
+    assert trained >= sum(len(g.output_ids) for g in engine.served) // 2
+    # Every engine call carried the session's routing key.
+    assert {g.routing_key for g in engine.served} == {"slime-session-3"}
+    assert "fix" in " ".join(s.response for s in out).lower()
+    flat, data = checks.train_pipeline(
+        args, [[out]], post_process=slime_mod.reward_post_process
+    )
+    assert data["raw_reward"] == [1.0] * len(flat)
+    assert sum(data["rollout_mask_sums"][:1]) >= trained
+
+
+async def test_subagent_fan_out_shares_rollout_id(slime_env, qwen_tokenizer, qwen_tokenizer_dir):
+    """A sub-agent forks the session: several samples, one rollout_id, all valid for slime."""
+    script = AgentScript(qwen_tokenizer, subagent=True)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir, n_samples_per_prompt=2)
+        first = await slime_mod.generate(args, _textstats_sample(index=4, group_index=0), SAMPLING)
+        second = await slime_mod.generate(
+            args, _textstats_sample(index=5, group_index=0, rollout_id=50), SAMPLING
+        )
+    finally:
+        await engine.close()
+    assert any("cc_is_subagent=true" in p for p in script.prompts), "no sub-agent call"
+    for out, rid in ((first, 4), (second, 50)):
+        checks.check_return_shape(out)
+        assert len(out) >= 2, [s.metadata.get("abort_reason") for s in out]
+        assert {s.rollout_id for s in out} == {rid}
+        assert [s.metadata["branch_index"] for s in out] == list(range(len(out)))
+        assert all(s.reward == 1.0 for s in out)
+    flat, data = checks.train_pipeline(
+        args, [[first, second]], post_process=slime_mod.reward_post_process
+    )
+    assert len(flat) == len(first) + len(second)
+    assert set(data["rollout_ids"]) == {4, 50}
+    # Both rollouts solved: GRPO advantages are zero, fan-out or not.
+    assert data["rewards"] == [0.0] * len(flat)
