@@ -37,3 +37,26 @@ async def scripted_engine(qwen_tokenizer):
         yield engine
     finally:
         await engine.close()
+
+
+SGLANG_MARKER_HELP = (
+    "sglang: differential tests against SGLang's own parsers; they need `pip install sglang` "
+    "and run only when selected with `-m sglang` (make test-sglang)"
+)
+
+
+def pytest_configure(config):
+    """Register the opt-in ``sglang`` marker."""
+    config.addinivalue_line("markers", SGLANG_MARKER_HELP)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect ``sglang`` tests unless the marker expression asks for them."""
+    if "sglang" in (config.getoption("markexpr", default="") or ""):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("sglang") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

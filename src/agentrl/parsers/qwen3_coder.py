@@ -20,7 +20,7 @@ Format (one block per call)::
 A value loses one leading and one trailing newline (the template adds them) and is
 otherwise kept exactly. Values are typed by the tool's JSON schema: string as is;
 integer, number, boolean by their literal; object, array (and any other type) as JSON
-(or a Python literal); ``null`` as None. A parameter the schema doesn't declare stays a
+(or a Python literal); ``null`` as None unless the type is a non-nullable string. A parameter the schema doesn't declare stays a
 string; a value that doesn't fit its declared type stays a string too, as the model wrote
 it. Missing ``</function>`` / ``</parameter>`` or a tool not offered is malformed: kept
 as text with ``ill_formed`` set.
@@ -59,11 +59,13 @@ def _declared_type(schema: Mapping[str, Any] | None) -> str | None:
 def convert_parameter(value: str, schema: Mapping[str, Any] | None) -> Any:
     """Type one parameter's text by its JSON schema; text that doesn't fit stays a string."""
     kind = _declared_type(schema)
+    literal = value.strip()
+    declared = schema.get("type") if isinstance(schema, Mapping) else None
+    nullable = isinstance(declared, list) and "null" in declared
+    if literal.lower() == "null" and (nullable or (kind is not None and kind not in _STRING_TYPES)):
+        return None
     if kind is None or kind in _STRING_TYPES:
         return value
-    literal = value.strip()
-    if literal.lower() == "null":
-        return None
     if kind in ("integer", "int"):
         try:
             return int(literal)

@@ -16,8 +16,10 @@ Public API::
 
 Reasoning is returned with surrounding whitespace stripped, and so is the content after
 ``</think>`` (the Qwen3 template writes ``<think>\\n…\\n</think>\\n\\n``). An output cut off
-inside the block gives ``reasoning_closed=False`` and empty content. Output without
-reasoning comes back unchanged as content.
+inside the block gives ``reasoning_closed=False`` and empty content, except that for
+``qwen3`` a ``<tool_call>`` inside an unclosed block ends the reasoning there (Qwen3.5
+sometimes skips ``</think>`` before calling a tool). Output without reasoning comes back
+unchanged as content.
 """
 
 from __future__ import annotations
@@ -29,10 +31,19 @@ from agentrl.parsers.base import ReasoningParser, ReasoningResult
 __all__ = ["DeepSeekR1ReasoningParser", "Qwen3ReasoningParser", "ThinkTagReasoningParser"]
 
 
+def _join(prefix: str, content: str) -> str:
+    prefix = prefix.strip()
+    if not prefix:
+        return content
+    return f"{prefix}\n\n{content}" if content else prefix
+
+
 class ThinkTagReasoningParser(ReasoningParser):
     """Reasoning between ``start_token`` and ``end_token``, possibly opened by the prompt."""
 
     name: ClassVar[str] = "think_tags"
+    #: Tokens that end an unclosed reasoning block implicitly (kept in the content).
+    implicit_end_tokens: ClassVar[tuple[str, ...]] = ()
 
     def parse(self, text: str, *, in_reasoning: bool | None = None) -> ReasoningResult:
         mode = self._resolve_in_reasoning(in_reasoning)
@@ -53,18 +64,25 @@ class ThinkTagReasoningParser(ReasoningParser):
             body = text[start_at + len(start) :]
         close = body.find(end)
         if close == -1:
+            implicit = [i for i in (body.find(t) for t in self.implicit_end_tokens) if i != -1]
+            if implicit:
+                # The model went straight from reasoning to a tool call without </think>.
+                cut = min(implicit)
+                return ReasoningResult(
+                    reasoning=body[:cut].strip(),
+                    content=_join(prefix, body[cut:].strip()),
+                    reasoning_closed=True,
+                    has_reasoning=True,
+                )
             return ReasoningResult(
                 reasoning=body.strip(),
                 content=prefix.strip(),
                 reasoning_closed=False,
                 has_reasoning=True,
             )
-        content = body[close + len(end) :].strip()
-        if prefix.strip():
-            content = f"{prefix.strip()}\n\n{content}" if content else prefix.strip()
         return ReasoningResult(
             reasoning=body[:close].strip(),
-            content=content,
+            content=_join(prefix, body[close + len(end) :].strip()),
             reasoning_closed=True,
             has_reasoning=True,
         )
@@ -75,6 +93,7 @@ class Qwen3ReasoningParser(ThinkTagReasoningParser):
 
     name: ClassVar[str] = "qwen3"
     default_in_reasoning: ClassVar[bool | None] = None
+    implicit_end_tokens: ClassVar[tuple[str, ...]] = ("<tool_call>",)
 
 
 class DeepSeekR1ReasoningParser(ThinkTagReasoningParser):
