@@ -2,7 +2,7 @@
 
 A turn's prompt almost always starts with everything an earlier turn already held (its
 prompt and its output). Each :class:`TurnTokens` therefore stores only what its prompt
-adds beyond a *base* turn, as int32 arrays; the full sequence of a turn is rebuilt on
+adds beyond a *base* turn, as unsigned 32-bit arrays; the full sequence of a turn is rebuilt on
 demand by :class:`TokenStore`, which keeps the few most recently used sequences
 materialised so that rebuilding stays linear in the session length.
 """
@@ -43,19 +43,26 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def to_id_array(values: Iterable[Any], what: str) -> array:
-    """Convert token ids to an int32 array; raise ``ValueError`` saying what was wrong."""
+    """Convert token ids to an unsigned 32-bit array; raise ``ValueError`` saying what was wrong.
+
+    The unsigned type makes the conversion itself reject negative ids, in C.
+    """
     if isinstance(values, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of token ids, got {type(values).__name__}")
     try:
-        ids = array("i", values)
+        return array("I", values)
     except TypeError as exc:
         raise ValueError(f"{what} must hold only integer token ids ({exc})") from None
-    except OverflowError as exc:
-        raise ValueError(f"{what} holds an id that does not fit in 32 bits ({exc})") from None
-    if ids and min(ids) < 0:
-        position = next(i for i, value in enumerate(ids) if value < 0)
-        raise ValueError(f"{what} holds a negative id {ids[position]} at position {position}")
-    return ids
+    except OverflowError:
+        pass
+    for position, value in enumerate(values):
+        if value < 0:
+            raise ValueError(f"{what} holds a negative id {value} at position {position}")
+        if value >= 2**32:
+            raise ValueError(
+                f"{what} holds id {value} at position {position}, which does not fit in 32 bits"
+            )
+    raise ValueError(f"{what} holds an id outside the 32-bit range")  # pragma: no cover
 
 
 def to_logprob_array(values: Iterable[Any], what: str) -> array:
@@ -166,8 +173,8 @@ class TokenStore:
     def prompt(self, turn: TurnTokens) -> array:
         """Return a fresh copy of ``turn``'s prompt."""
         if turn.base is None:
-            return array("i", turn.prompt_tail)
-        prompt = array("i", self.sequence(turn.base)[: turn.shared])
+            return array("I", turn.prompt_tail)
+        prompt = array("I", self.sequence(turn.base)[: turn.shared])
         prompt.extend(turn.prompt_tail)
         return prompt
 
@@ -183,7 +190,7 @@ class TokenStore:
                 break
             path.append(node)
             node = node.base
-        sequence = array("i", start) if start is not None else array("i")
+        sequence = array("I", start) if start is not None else array("I")
         for step in reversed(path):
             del sequence[step.shared :]
             sequence.extend(step.prompt_tail)
