@@ -88,7 +88,9 @@ def _tests(value: Any) -> list[str]:
             value = json.loads(value) if value.strip() else []
         except json.JSONDecodeError:
             return []
-    return [v for v in value or [] if isinstance(v, str)]
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [v for v in value if isinstance(v, str)]
 
 
 def eval_report(test_spec: Any, instance_id: str, diff: str, log: str) -> dict[str, Any]:
@@ -196,7 +198,12 @@ class SWEBenchGrader(Grader):
                     f"swebench {version} expects the instance to carry its own "
                     f"{', '.join(V5_FIELDS)}; missing: {', '.join(missing)}"
                 )
+            from swebench.harness.constants import EvalType
             from swebench.harness.log_parsers import PARSER_REGISTRY
+
+            kinds = [kind.value for kind in EvalType]
+            if instance["eval_type"] not in kinds:
+                return f"eval_type {instance['eval_type']!r} is not one of {', '.join(kinds)}"
 
             if instance["log_parser"] not in PARSER_REGISTRY:
                 return (
