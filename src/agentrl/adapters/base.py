@@ -22,6 +22,7 @@ not recorded.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -29,6 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from agentrl import plugins
@@ -37,14 +39,31 @@ from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
 from agentrl.adapters.turns import parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
+from agentrl.rendering import IncrementalRenderer
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+@attrs.frozen(kw_only=True)
+class TurnTiming:
+    """Where one recorded turn's time went: the engine, and everything else (overhead).
+
+    ``overhead_seconds`` runs from the request's arrival to the recorded turn, minus the
+    engine call: body parsing, translation, rendering, output parsing, the reply, recording.
+    """
+
+    session_id: str
+    turn_index: int
+    prompt_tokens: int
+    output_tokens: int
+    engine_seconds: float
+    overhead_seconds: float
 
 
 def _resolve_parser(parser: Any, kind: str) -> Any:
@@ -69,6 +88,8 @@ class Middleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         model_name: str = "agentrl-policy",
+        incremental_render: bool = True,
+        timings_kept: int = 100_000,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -78,6 +99,10 @@ class Middleware:
         self.max_body_bytes = int(max_body_bytes)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.model_name = model_name
+        #: False renders and tokenizes every prompt from scratch (the reference behaviour).
+        self.incremental_render = incremental_render
+        #: The latest recorded turns' timings (monitoring, benchmarks).
+        self.timings: collections.deque[TurnTiming] = collections.deque(maxlen=timings_kept)
         if adapters is None:
             adapters = plugins.available("adapter")
         self.adapters: list[Adapter] = [
@@ -317,6 +342,7 @@ class Middleware:
         return web.json_response(adapter.count_reply(len(ids)))
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
         body = await self._read_body(request)
         session = self._authenticate(request)
         chat = adapter.parse_request(body, request.headers)
@@ -335,7 +361,7 @@ class Middleware:
             if task is not None:
                 session.inflight.add(task)
             try:
-                return await self._run_turn(adapter, request, session, chat, turn_index)
+                return await self._run_turn(adapter, request, session, chat, turn_index, started)
             finally:
                 session.inflight.discard(task)
 
@@ -346,11 +372,16 @@ class Middleware:
         session: Session,
         chat: ChatRequest,
         turn_index: int,
+        started: float,
     ) -> web.StreamResponse:
-        started = time.perf_counter()
-        renderer = session.renderer_for(
-            self.tokenizer, chat.messages, chat.tools, self.chat_template_kwargs
-        )
+        if self.incremental_render:
+            renderer = session.renderer_for(
+                self.tokenizer, chat.messages, chat.tools, self.chat_template_kwargs
+            )
+        else:
+            renderer = IncrementalRenderer(
+                self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
+            )
         prompt = renderer.render(chat.messages, tools=chat.tools)
         params = sampling_params(session, chat, len(prompt.ids))
         engine_seconds = 0.0
@@ -407,7 +438,6 @@ class Middleware:
             "middleware_turn": turn_index,
             "replayed_turns": links,
             "engine_seconds": round(engine_seconds, 6),
-            "overhead_seconds": round(time.perf_counter() - started - engine_seconds, 6),
         }
         record = TurnRecord(
             prompt_ids=prompt.ids,
@@ -424,6 +454,16 @@ class Middleware:
             metadata=metadata,
         )
         session.turns_recorded += 1
+        self.timings.append(
+            TurnTiming(
+                session_id=session.sid,
+                turn_index=turn_index,
+                prompt_tokens=len(prompt.ids),
+                output_tokens=len(generation.output_ids),
+                engine_seconds=engine_seconds,
+                overhead_seconds=time.perf_counter() - started - engine_seconds,
+            )
+        )
         plugins.notify(
             "on_turn_recorded",
             TurnRecordedEvent(
