@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -124,31 +125,43 @@ def _common_prefix_length(a: str, b: str) -> int:
     return lo
 
 
+_boundary_cache: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
+
+
 def _boundary_ids(tokenizer: Any) -> frozenset[int]:
     """Ids of added tokens after which a text can be split without changing its tokens."""
+    try:
+        return _boundary_cache[tokenizer]
+    except (KeyError, TypeError):
+        pass
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    tokens = {tid: tok for tid, tok in decoder.items() if str(tok)}
-    contents = [str(tok) for tok in tokens.values()]
+    tokens = {int(tid): tok for tid, tok in decoder.items() if str(tok)}
+    # A match of another added token that starts before a split point and ends after it
+    # either contains this token inside its proper prefix, or starts inside this token.
+    proper_prefixes: set[str] = set()
+    inner: set[str] = set()
+    for tok in tokens.values():
+        content = str(tok)
+        for end in range(1, len(content)):
+            prefix = content[:end]
+            proper_prefixes.add(prefix)
+            inner.update(prefix[start:] for start in range(end))
     safe = set()
     for tid, tok in tokens.items():
         content = str(tok)
         if getattr(tok, "rstrip", False) or getattr(tok, "single_word", False):
             continue
-        if getattr(tok, "normalized", False):
+        if getattr(tok, "normalized", False) or content in inner:
             continue
-        overlapping = False
-        for other in contents:
-            for k in range(1, len(other)):
-                prefix = other[:k]
-                # ``other`` could start inside or before this token and run past its end.
-                if prefix.endswith(content) or content.endswith(prefix):
-                    overlapping = True
-                    break
-            if overlapping:
-                break
-        if not overlapping:
-            safe.add(int(tid))
-    return frozenset(safe)
+        if any(content[start:] in proper_prefixes for start in range(len(content))):
+            continue
+        safe.add(tid)
+    result = frozenset(safe)
+    try:
+        _boundary_cache[tokenizer] = result
+    except TypeError:
+        pass
+    return result
 
 
 class IncrementalRenderer:
