@@ -754,3 +754,65 @@ def test_public_reexports():
 
     assert agentrl.TrajectoryManager is TrajectoryManager
     assert agentrl.TurnRecord is TurnRecord and agentrl.TrainingSample is TrainingSample
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _long_session(tm: TrajectoryManager, sid: str, turns: int, step: int) -> int:
+    """Record a linear session whose prompt grows by ``step`` ids a turn; return its length."""
+    held: list[int] = list(range(1000, 1000 + step))
+    history = [S("long"), U("long task")]
+    for i in range(turns):
+        output = [200_000 + i * step + k for k in range(step // 4)]
+        tm.record_turn(
+            sid,
+            TurnRecord([x + 0 for x in held], output, [-0.5] * len(output)),
+            prompt_messages=history,
+            response_message=A(f"r{i}"),
+        )
+        history = [*history, A(f"r{i}"), T(f"t{i}")]
+        held += output + [300_000 + i * step + k for k in range(step - step // 4)]
+    return len(held)
+
+
+def test_long_session_is_held_compactly():
+    """A 60-turn session growing to ~60k ids holds a few bytes per id, not every prompt."""
+    import gc
+    import tracemalloc
+
+    tm = TrajectoryManager()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    total = _long_session(tm, "s", turns=60, step=1000)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    stats = tm.session_stats("s")
+    tm.drop_session("s")
+    gc.collect()
+    released = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    # Every prompt as Python ints would be ~30 * 60k ids * 36 bytes ≈ 65 MB.
+    assert held < 2.5e6, f"{held} bytes held for a {total}-id session"
+    assert abs(stats.held_bytes - held) < 0.5 * held
+    assert released < 50_000, f"{released} bytes still held after drop_session"
+
+
+def test_memory_is_released_after_get_trajectory():
+    """get_trajectory hands everything to the samples and keeps nothing itself."""
+    import gc
+    import tracemalloc
+
+    tm = TrajectoryManager()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    _long_session(tm, "s", turns=20, step=500)
+    samples = tm.get_trajectory("s")
+    assert len(samples) == 1
+    del samples
+    gc.collect()
+    left = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert left < 50_000, f"{left} bytes still held after get_trajectory"
