@@ -122,7 +122,7 @@ def _check_nonnegative_int(value: Any, name: str) -> int:
     return value
 
 
-@attrs.define
+@attrs.define(eq=False)
 class TrajectoryManager:
     """Per-session turn trees, linearised into token-exact training samples.
 
