@@ -12,12 +12,15 @@ are chosen from the decoded prompt, so the agent's own requests drive the script
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 import types
+import typing
 
 import pytest
 
@@ -46,6 +49,9 @@ FIX_SCRIPT = (
     "PY"
 )
 
+#: A tool call that outlasts every budget in these tests.
+STALL = "python3 -c 'import time; time.sleep(300)'"
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
@@ -64,10 +70,12 @@ class AgentScript:
     Qwen3 format; the middleware's parsers turn it into the agent's wire protocol.
     """
 
-    def __init__(self, tokenizer, *, subagent: bool = False, fix: bool = True) -> None:
+    def __init__(
+        self, tokenizer, *, subagent: bool = False, first: ScriptedReply | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.subagent = subagent
-        self.fix = fix
+        self.first = first
         self.prompts: list[str] = []
 
     def __call__(self, body, headers) -> ScriptedReply:
@@ -90,8 +98,8 @@ class AgentScript:
                     },
                 )
             )
-        if not self.fix:
-            return ScriptedReply(text="I could not find the problem.")
+        if self.first is not None:
+            return self.first
         return ScriptedReply(text="Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}))
 
 
@@ -227,9 +235,7 @@ async def test_solved_rollout_passes_slime_checks(slime_env, qwen_tokenizer, qwe
     # Every engine call carried the session's routing key.
     assert {g.routing_key for g in engine.served} == {"slime-session-3"}
     assert "fix" in " ".join(s.response for s in out).lower()
-    flat, data = checks.train_pipeline(
-        args, [[out]], post_process=slime_mod.reward_post_process
-    )
+    flat, data = checks.train_pipeline(args, [[out]], post_process=slime_mod.reward_post_process)
     assert data["raw_reward"] == [1.0] * len(flat)
     assert sum(data["rollout_mask_sums"][:1]) >= trained
 
@@ -260,3 +266,189 @@ async def test_subagent_fan_out_shares_rollout_id(slime_env, qwen_tokenizer, qwe
     assert set(data["rollout_ids"]) == {4, 50}
     # Both rollouts solved: GRPO advantages are zero, fan-out or not.
     assert data["rewards"] == [0.0] * len(flat)
+
+
+async def test_infra_failure_is_an_untrained_aborted_placeholder(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """A sandbox that cannot boot yields slime's abort placeholder, never a 0 reward that trains."""
+    monkeypatch.setenv("AGENTRL_SANDBOX_OPTIONS", json.dumps({"bwrap": "/nonexistent/bwrap"}))
+    monkeypatch.setenv("AGENTRL_BOOT_RETRIES", "0")
+    script = AgentScript(qwen_tokenizer)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir, n_samples_per_prompt=2)
+        broken = await slime_mod.generate(args, _textstats_sample(index=0), SAMPLING)
+    finally:
+        await engine.close()
+    assert engine.served == []
+    (p,) = checks.check_return_shape(broken)
+    assert p.status is Sample.Status.ABORTED and p.remove_sample
+    assert (p.tokens, p.response_length, p.loss_mask, p.rollout_log_probs, p.reward) == (
+        [0, 0],
+        1,
+        [0],
+        [0.0],
+        0.0,
+    )
+    assert p.metadata["abort_reason"] == "infra_error"
+    assert p.metadata["outcome"] == "infra_error" and "did not boot" in p.metadata["error"]
+    assert (p.index, p.rollout_id) == (0, 0)
+    # slime skips the reward model for an ABORTED sibling and trains nothing from it.
+    checks.check_sample_fields(p)
+    _, data = checks.train_pipeline(
+        args,
+        [[broken, _solved_stand_in(index=1)]],
+        post_process=slime_mod.reward_post_process,
+    )
+    assert data["loss_masks"][0] == [0] and data["rollout_mask_sums"][0] == 0
+
+
+def _solved_stand_in(index: int) -> list[Sample]:
+    return [
+        Sample(
+            index=index,
+            group_index=0,
+            rollout_id=index,
+            tokens=[1, 2, 3],
+            response_length=2,
+            loss_mask=[1, 1],
+            rollout_log_probs=[-0.1, -0.2],
+            reward=1.0,
+            status=Sample.Status.COMPLETED,
+        )
+    ]
+
+
+async def test_invalid_task_row_is_an_aborted_placeholder(slime_env, qwen_tokenizer_dir):
+    """A row the grader cannot parse never reaches a sandbox: one placeholder naming the field."""
+    engine = ScriptedEngine()
+    await engine.start()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        sample = Sample(index=2, group_index=0, prompt="x", metadata={"workdir": "/w"})
+        (p,) = await slime_mod.generate(args, sample, SAMPLING)
+    finally:
+        await engine.close()
+    assert p.status is Sample.Status.ABORTED and p.remove_sample and p.reward == 0.0
+    assert p.metadata["abort_reason"] == "invalid_task"
+    assert "instance id" in p.metadata["error"]
+    checks.check_sample_fields(p)
+
+
+async def test_agent_timeout_trains_with_graded_reward(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """An agent past its time budget is killed; its turns still train, with the graded reward 0."""
+    monkeypatch.setenv("AGENTRL_AGENT_TIME_BUDGET", "8")
+    stall = ScriptedReply(text="Waiting.\n" + _tool_call("Bash", {"command": STALL}))
+    script = AgentScript(qwen_tokenizer, first=stall)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        out = await slime_mod.generate(args, _textstats_sample(index=6, group_index=2), SAMPLING)
+    finally:
+        await engine.close()
+    checks.check_return_shape(out)
+    assert all(s.status is Sample.Status.COMPLETED and not s.remove_sample for s in out)
+    meta = out[0].metadata
+    assert meta["outcome"] == "timeout", meta.get("abort_reason")
+    assert meta["agent_exit_code"] == -1
+    assert all(s.reward == 0.0 for s in out)
+    # The stalled tool call is the agent's only turn; every token it sampled trains once.
+    assert len(engine.served) == 1
+    assert sum(sum(s.loss_mask) for s in out) == len(engine.served[0].output_ids)
+    checks.train_pipeline(args, [[out]], post_process=slime_mod.reward_post_process)
+
+
+async def test_evaluation_returns_a_reward_only_placeholder(
+    slime_env, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """evaluation=True: one untrained COMPLETED sample carrying the score, as slime's eval reads it."""
+    script = AgentScript(qwen_tokenizer)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        out = await slime_mod.generate(
+            args, _textstats_sample(index=9, session_id=None), SAMPLING, evaluation=True
+        )
+    finally:
+        await engine.close()
+    (p,) = checks.check_return_shape(out)
+    assert p.status is Sample.Status.COMPLETED and p.remove_sample
+    assert p.reward == 1.0 and p.metadata["outcome"] == "solved"
+    assert p.metadata["grading_solved"] is True
+    assert p.tokens == [0, 0] and p.loss_mask == [0]
+    # Without a slime session id, one is minted and used as the routing key.
+    routing = {g.routing_key for g in engine.served}
+    assert len(routing) == 1 and routing.pop().startswith("agentrl-textstats-1-9-")
+    checks.check_sample_fields(p)
+    collected = checks.eval_collect([out, _solved_stand_in(index=3)])
+    assert collected["rewards"] == [1.0, 1.0]
+    assert collected["truncated"] == [False, False]
+
+
+async def test_engine_abort_stops_the_rollout_promptly(
+    slime_env, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """A turn SGLang finishes with 'abort' ends the rollout at once with an abort placeholder."""
+    aborted = ScriptedReply(text="I was cut", finish_reason="abort")
+    script = AgentScript(qwen_tokenizer, first=aborted)
+    engine = await _engine(qwen_tokenizer, script)
+    loop = asyncio.get_running_loop()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        started = loop.time()
+        out = await slime_mod.generate(args, _textstats_sample(index=1), SAMPLING)
+        elapsed = loop.time() - started
+        served = len(engine.served)
+    finally:
+        await engine.close()
+    (p,) = checks.check_return_shape(out)
+    assert p.status is Sample.Status.ABORTED and p.remove_sample
+    assert p.metadata["abort_reason"] == "engine_abort"
+    assert served == 1  # the agent was not allowed another turn
+    assert elapsed < 60, f"took {elapsed:.1f}s for an aborted rollout (agent budget 120s)"
+
+
+async def test_slime_abort_stops_the_rollout_promptly(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """When slime's rollout loop aborts the batch, an in-flight rollout returns a placeholder at once."""
+
+    class SingletonMeta(type):
+        _instances: typing.ClassVar[dict] = {}
+
+        def __call__(cls, *a, **k):
+            if cls not in cls._instances:
+                cls._instances[cls] = super().__call__(*a, **k)
+            return cls._instances[cls]
+
+    class GenerateState(metaclass=SingletonMeta):
+        """slime's per-process rollout state: the flag its abort() sets."""
+
+        def __init__(self, args):
+            self.aborted = False
+
+    module = types.ModuleType("slime.rollout.sglang_rollout")
+    module.GenerateState = GenerateState
+    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
+    state = GenerateState(None)
+    stall = ScriptedReply(text="Waiting.\n" + _tool_call("Bash", {"command": STALL}))
+    script = AgentScript(qwen_tokenizer, first=stall)
+    engine = await _engine(qwen_tokenizer, script)
+    loop = asyncio.get_running_loop()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        task = asyncio.ensure_future(slime_mod.generate(args, _textstats_sample(index=8), SAMPLING))
+        await engine.wait_for(lambda: len(engine.served) == 1, timeout=60)
+        state.aborted = True
+        started = loop.time()
+        out = await task
+        elapsed = loop.time() - started
+    finally:
+        await engine.close()
+    (p,) = checks.check_return_shape(out)
+    assert p.status is Sample.Status.ABORTED and p.metadata["abort_reason"] == "aborted"
+    assert elapsed < 15, f"abort took {elapsed:.1f}s"
+    assert len(engine.served) == 1
