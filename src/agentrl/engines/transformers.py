@@ -98,9 +98,16 @@ class TransformersEngine(Engine):
                     "the transformers engine needs torch and transformers; install them with: "
                     "pip install 'agentrl[hf]'"
                 ) from exc
+            import transformers
+
+            # transformers renamed torch_dtype to dtype in 4.56.
+            major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+            dtype_arg = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
             try:
                 model = AutoModelForCausalLM.from_pretrained(
-                    str(self.model_path), local_files_only=True, dtype=getattr(torch, self.dtype)
+                    str(self.model_path),
+                    local_files_only=True,
+                    **{dtype_arg: getattr(torch, self.dtype)},
                 )
             except Exception as exc:
                 raise EngineError(
