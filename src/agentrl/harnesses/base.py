@@ -59,6 +59,13 @@ _TRANSIENT_NPM = re.compile(
 )
 
 
+#: The agent's ``~/.profile``: login shells (Codex runs ``sh -lc``) source /etc/profile,
+#: which resets ``PATH``; restore the one the CLI was launched with (the task's toolchain).
+_PROFILE = """\
+if [ -n "${AGENTRL_PATH:-}" ]; then PATH="$AGENTRL_PATH"; export PATH; fi
+"""
+
+
 class HarnessError(Exception):
     """The harness could not install, configure or launch its CLI."""
 
@@ -231,6 +238,31 @@ class Harness(abc.ABC):
         if self.install_attempts < 1:
             raise HarnessError(f"install_attempts must be at least 1, got {self.install_attempts}")
 
+    @classmethod
+    def host_install(cls, install_dir: str | os.PathLike[str]) -> tuple[dict[str, str], str]:
+        """Read-only binds and ``cli_path`` for a host install a sandbox should run as is.
+
+        ``install_dir`` holds ``bin/<binary>`` (``scripts/install-clis.sh`` writes
+        ``.cache/clis``). The directory is bound at its own resolved path, so the
+        install's absolute symlinks keep working: pass the binds to the sandbox (the
+        ``local`` backend's ``ro_binds``) and ``cli_path`` to the harness.
+        """
+        root = pathlib.Path(install_dir).expanduser().resolve()
+        link = root / "bin" / cls.binary
+        if not link.exists():
+            raise HarnessError(
+                f"{cls.name}: {link} does not exist; install the CLI with "
+                "scripts/install-clis.sh (or point install_dir at an install holding "
+                f"bin/{cls.binary})"
+            )
+        target = link.resolve()
+        if not target.is_relative_to(root):
+            raise HarnessError(
+                f"{cls.name}: {link} points outside {root} (to {target}); a sandbox would "
+                "not see it. Install the CLI inside the directory you bind"
+            )
+        return {str(root): str(root)}, str(target)
+
     # -- paths inside the sandbox ---------------------------------------------------------
     @property
     def launcher(self) -> str:
@@ -379,7 +411,7 @@ class Harness(abc.ABC):
     # -- configure / run -------------------------------------------------------------------
     async def configure(self, sandbox: Sandbox, ctx: HarnessContext) -> None:
         """Write the CLI's configuration for ``ctx`` and hand the harness dirs to the agent."""
-        files = self.config_files(ctx)
+        files = {f"{self.home}/.profile": _PROFILE, **self.config_files(ctx)}
         for path, content in files.items():
             await sandbox.write_file(path, content)
         await self._chown_state(sandbox, ctx.user)
@@ -430,6 +462,7 @@ class Harness(abc.ABC):
         """The detached shell line: cd to the workdir, run the CLI, log its output."""
         argv = [self.launcher, *self.command(ctx), *(self.extra_args or ())]
         return self.with_path(
+            'AGENTRL_PATH="$PATH"; export AGENTRL_PATH; '
             f"cd {shlex.quote(ctx.workdir)} && exec {shlex.join(argv)} "
             f'"$(cat {shlex.quote(self.prompt_path)})" '
             f"> {shlex.quote(self.log_path)} 2> {shlex.quote(self.stderr_path)} < /dev/null"

@@ -1,0 +1,406 @@
+"""End-to-end rollouts: the real Claude Code and Codex CLIs in the real local sandbox.
+
+The model is the scripted SGLang engine (the test double for a GPU server; it speaks
+SGLang's HTTP protocol): its replies are what a Qwen3 policy would sample, in the ``hermes``
+tool-call format of Qwen3's chat template (the parser the middleware is given), naming each CLI's real tools with
+their real argument schemas. Everything else is real: the middleware and its adapters,
+the Qwen3 tokenizer and chat template, bubblewrap, the CLIs from npm
+(``scripts/install-clis.sh``), git, the scaleswe grader and an example task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agentrl.adapters.base import Middleware
+from agentrl.engines.sglang import SGLangEngine
+from agentrl.graders.scaleswe import ScaleSWEGrader
+from agentrl.graders.tasks import load_tasks
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.harnesses.codex import CodexHarness
+from agentrl.rollout import RolloutConfig, RolloutResult, run_rollout
+from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
+from agentrl.trajectory import TrajectoryManager
+from agentrl.types import Outcome
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
+CLI_DIR = Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
+#: The port the middleware's unix socket is relayed to inside each sandbox.
+SANDBOX_PORT = 18001
+CORE = "/workspace/textstats/core.py"
+BUGGY = (
+    '    for token in text.split(" "):\n'
+    "        token = token.strip(_PUNCTUATION).lower()\n"
+    "        result.append(token)"
+)
+FIXED = (
+    "    for token in text.split():\n"
+    "        token = token.strip(_PUNCTUATION).lower()\n"
+    "        if token:\n"
+    "            result.append(token)"
+)
+CODEX_PATCH = (
+    "*** Begin Patch\n"
+    "*** Update File: textstats/core.py\n"
+    "@@\n"
+    '-    for token in text.split(" "):\n'
+    "+    for token in text.split():\n"
+    "         token = token.strip(_PUNCTUATION).lower()\n"
+    "-        result.append(token)\n"
+    "+        if token:\n"
+    "+            result.append(token)\n"
+    "*** End Patch"
+)
+RUN_TESTS = "python -m pytest -q -p no:cacheprovider tests"
+DONE = "The whitespace handling in `words` is fixed and the tests pass."
+
+
+def tool_call(name: str, **arguments: object) -> str:
+    """One tool call in the ``hermes`` format, exactly as Qwen3's chat template renders it."""
+    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{call}\n</tool_call>"
+
+
+def claude_solution() -> list[str]:
+    """Read the file, fix it with Edit, run the tests with Bash, finish.
+
+    The arguments are written the way Claude Code replays them (it adds ``replace_all``
+    first to an Edit and drops a leading ``cd`` to its cwd from a Bash command), so the
+    replayed history renders to exactly the sampled tokens and every turn trains.
+    """
+    return [
+        "Let me look at how words are split.\n" + tool_call("Read", file_path=CORE),
+        tool_call("Edit", replace_all=False, file_path=CORE, old_string=BUGGY, new_string=FIXED),
+        tool_call("Bash", command=RUN_TESTS, description="Run the tests"),
+        DONE,
+    ]
+
+
+def codex_solution() -> list[str]:
+    """Read with exec_command, fix with apply_patch (through exec_command), test, finish."""
+    return [
+        tool_call("exec_command", cmd="cat textstats/core.py", workdir="/workspace"),
+        tool_call(
+            "exec_command", cmd=f"apply_patch <<'EOF'\n{CODEX_PATCH}\nEOF", workdir="/workspace"
+        ),
+        tool_call("exec_command", cmd=RUN_TESTS, workdir="/workspace"),
+        DONE,
+    ]
+
+
+@pytest.fixture(scope="module")
+def task():
+    """The textstats example task (eval_cmd grading), parsed by the scaleswe grader."""
+    rows = load_tasks(TASKS, grader=ScaleSWEGrader())
+    return next(row.task for row in rows if row.task.instance_id == "textstats-1")
+
+
+@pytest.fixture
+async def middleware(qwen_tokenizer, scripted_engine):
+    """The real middleware on TCP and a unix socket, backed by the scripted engine."""
+    mw = Middleware(
+        engine=SGLangEngine(scripted_engine.url),
+        tokenizer=qwen_tokenizer,
+        tool_parser="hermes",
+        trajectory=TrajectoryManager(),
+    )
+    with tempfile.TemporaryDirectory(prefix="agentrl-mw-") as tmp:
+        await mw.start(host="127.0.0.1", port=0, unix_path=f"{tmp}/mw.sock")
+        try:
+            yield mw
+        finally:
+            await mw.close()
+            await mw.engine.aclose()
+
+
+def _cli_binds() -> tuple[dict[str, str], dict[str, str]]:
+    if not (CLI_DIR / "bin" / "claude").exists() or not (CLI_DIR / "bin" / "codex").exists():
+        pytest.fail(
+            f"the agent CLIs are not installed in {CLI_DIR}; run scripts/install-clis.sh "
+            "(or set AGENTRL_CLI_DIR to an install holding bin/claude and bin/codex)"
+        )
+    binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)
+    _, codex = CodexHarness.host_install(CLI_DIR)
+    return binds, {"claude_code": claude, "codex": codex}
+
+
+class Sandboxes:
+    """A local-sandbox factory that remembers every sandbox it built."""
+
+    def __init__(self, middleware: Middleware) -> None:
+        binds, self.cli_paths = _cli_binds()
+        python = sys.base_prefix  # the tests' Python (with pytest), bound read-only
+        self.options = {
+            "services": {SANDBOX_PORT: middleware.unix_path},
+            "ro_binds": {**binds, python: python},
+            "env": {
+                "PATH": f"{python}/bin:/usr/local/bin:/usr/bin:/bin",
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            },
+        }
+        self.built: list[LocalSandbox] = []
+
+    def __call__(self, task) -> LocalSandbox:
+        sandbox = LocalSandbox.from_task(task, **self.options)
+        self.built.append(sandbox)
+        return sandbox
+
+    def harness(self, name: str, **kwargs):
+        cls = {"claude_code": ClaudeCodeHarness, "codex": CodexHarness}[name]
+        return cls(cli_path=self.cli_paths[name], extra_args=(), extra_env={}, **kwargs)
+
+
+@pytest.fixture
+def sandboxes(middleware):
+    """The sandbox factory for this test's middleware."""
+    return Sandboxes(middleware)
+
+
+def config(**overrides) -> RolloutConfig:
+    values = {"agent_time_budget": 180, "eval_timeout": 120, "middleware_port": SANDBOX_PORT}
+    return RolloutConfig(**{**values, **overrides})
+
+
+async def rollout(task, harness, sandboxes, middleware, **kwargs) -> RolloutResult:
+    return await run_rollout(
+        task,
+        harness=harness,
+        grader=ScaleSWEGrader(),
+        sandbox_factory=sandboxes,
+        middleware=middleware,
+        config=kwargs.pop("config", None) or config(),
+        **kwargs,
+    )
+
+
+def assert_trained_tokens_were_sampled(result: RolloutResult, engine, session_id: str) -> None:
+    """Every trained position holds a token the engine sampled there, with its log-prob."""
+    served = [s for s in engine.served if s.routing_key == session_id and s.output_ids]
+    assert served, "the engine served no tokens for this session"
+    sampled = [list(zip(s.output_ids, s.logprobs, strict=True)) for s in served]
+    trained_total = 0
+    for sample in result.samples:
+        assert len(sample.loss_mask) == len(sample.rollout_logprobs) == sample.response_length
+        response = list(sample.tokens[sample.prompt_length :])
+        run: list[tuple[int, float]] = []
+        for position, mask in enumerate([*sample.loss_mask, 0]):
+            if mask:
+                run.append((response[position], sample.rollout_logprobs[position]))
+                continue
+            if run:
+                assert any(_contains(output, run) for output in sampled), (
+                    f"trained run of {len(run)} tokens at {position} is not an engine output"
+                )
+                trained_total += len(run)
+                run = []
+    # A linear session: every sampled token is trained exactly once.
+    assert trained_total == sum(len(s.output_ids) for s in served)
+
+
+def _contains(haystack: list, needle: list) -> bool:
+    n = len(needle)
+    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+async def test_claude_code_solves_the_example_task(task, sandboxes, middleware, scripted_engine):
+    """Claude Code reads the bug, fixes it with Edit, runs the tests with Bash: reward 1.0."""
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+    result = await rollout(task, sandboxes.harness("claude_code"), sandboxes, middleware)
+
+    assert result.outcome is Outcome.SOLVED, result.error
+    assert result.reward == 1.0 and not result.remove_sample
+    assert result.agent_exit_code == 0 and result.error is None
+    assert result.turns == 4 and scripted_engine.pending() == 0
+    assert "+    for token in text.split():" in result.diff
+    assert "PROBLEM_STATEMENT" not in result.diff and "__pycache__" not in result.diff
+    assert result.grade is not None and result.grade.details["exit_code"] == 0
+    assert '"type":"result"' in result.agent_log and "5 passed" in result.agent_log
+    assert result.sampled_tokens == sum(len(s.output_ids) for s in scripted_engine.served)
+    assert all(s.reward == 1.0 for s in result.samples) and result.samples
+    assert_trained_tokens_were_sampled(result, scripted_engine, result.session_id)
+    assert set(result.timings) >= {"boot", "prepare", "agent", "diff", "grade", "total"}
+    assert all(sandbox._closed for sandbox in sandboxes.built) and len(sandboxes.built) == 2
+
+
+async def test_codex_solves_the_example_task(task, sandboxes, middleware, scripted_engine):
+    """Codex reads with exec_command, patches with apply_patch, runs the tests: reward 1.0."""
+    for reply in codex_solution():
+        scripted_engine.queue(reply)
+    result = await rollout(task, sandboxes.harness("codex"), sandboxes, middleware)
+
+    assert result.outcome is Outcome.SOLVED, result.error
+    assert result.reward == 1.0 and result.turns == 4
+    assert "+        if token:" in result.diff
+    assert '"type":"file_change"' in result.agent_log and "5 passed" in result.agent_log
+    assert all(s.reward == 1.0 for s in result.samples) and result.samples
+    assert_trained_tokens_were_sampled(result, scripted_engine, result.session_id)
+
+
+async def test_a_policy_that_changes_nothing_is_unsolved(
+    task, sandboxes, middleware, scripted_engine
+):
+    """The agent only reads and gives up: unsolved, reward 0.0, samples still trainable."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.queue("I could not find the problem.")
+    result = await rollout(task, sandboxes.harness("claude_code"), sandboxes, middleware)
+
+    assert result.outcome is Outcome.UNSOLVED, result.error
+    assert result.reward == 0.0 and not result.remove_sample
+    assert result.diff == "" and result.grade is not None and result.grade.reward == 0.0
+    assert result.samples and all(s.reward == 0.0 for s in result.samples)
+
+
+async def test_a_cli_that_exits_nonzero_is_an_agent_error(
+    task, sandboxes, middleware, scripted_engine
+):
+    """Claude Code stops with an error at its turn limit: agent_error, still trainable."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.queue(tool_call("Read", file_path="/workspace/README.md"))
+    harness = ClaudeCodeHarness(
+        cli_path=sandboxes.cli_paths["claude_code"], extra_args=("--max-turns", "1"), extra_env={}
+    )
+    result = await rollout(task, harness, sandboxes, middleware)
+
+    assert result.outcome is Outcome.AGENT_ERROR, (result.error, result.agent_log[-2000:])
+    assert result.agent_exit_code not in (0, -1, None)
+    assert not result.remove_sample and result.samples
+    assert "max_turns" in result.agent_log
+
+
+async def test_a_sandbox_that_never_boots_is_an_infra_error(task, middleware, scripted_engine):
+    """Every boot attempt fails: infra_error after the retries, samples marked for removal."""
+    attempts = []
+
+    def broken(task):
+        attempts.append(task.instance_id)
+        return LocalSandbox.from_task(task, bwrap="/nonexistent/bwrap")
+
+    result = await run_rollout(
+        task,
+        harness=ClaudeCodeHarness(cli_path="/nonexistent", extra_args=(), extra_env={}),
+        grader=ScaleSWEGrader(),
+        sandbox_factory=broken,
+        middleware=middleware,
+        config=config(boot_retries=2, boot_backoff=0.01),
+    )
+
+    assert result.outcome is Outcome.INFRA_ERROR and result.remove_sample
+    assert len(attempts) == 3 and "bubblewrap" in result.error
+    assert result.reward == 0.0 and result.samples == () and result.grade is None
+    assert not scripted_engine.generate_requests
+    with pytest.raises(KeyError):
+        middleware.session(result.session_id)
+
+
+async def test_the_time_budget_kills_the_agent_and_cleans_up(
+    task, sandboxes, middleware, scripted_engine
+):
+    """The agent runs a command that outlives its budget: timeout; sandbox and session gone."""
+    scripted_engine.queue(tool_call("Bash", command="sleep 300", description="Wait"))
+    result = await rollout(
+        task,
+        sandboxes.harness("claude_code"),
+        sandboxes,
+        middleware,
+        config=config(agent_time_budget=12),
+    )
+
+    assert result.outcome is Outcome.TIMEOUT, result.error
+    assert result.agent_exit_code == -1 and not result.remove_sample
+    assert 12 <= result.timings["agent"] < 40
+    agent_box = sandboxes.built[0]
+    assert agent_box._closed and agent_box.pid_namespace is not None
+    assert processes_in_namespace(agent_box.pid_namespace) == []
+    with pytest.raises(KeyError):
+        middleware.session(result.session_id)
+    assert not middleware.trajectory.has_session(result.session_id)
+
+
+async def test_two_concurrent_rollouts_of_one_task_do_not_interfere(
+    task, sandboxes, middleware, scripted_engine
+):
+    """One rollout fixes the bug while the other only reads: each keeps its own result."""
+    for reply in claude_solution():
+        scripted_engine.queue(reply, session="fixer")
+    scripted_engine.queue(tool_call("Read", file_path=CORE), session="reader")
+    scripted_engine.queue("Nothing to change.", session="reader")
+    harness = sandboxes.harness("claude_code")
+    fixer, reader = await asyncio.gather(
+        rollout(task, harness, sandboxes, middleware, session_id="fixer"),
+        rollout(task, harness, sandboxes, middleware, session_id="reader"),
+    )
+
+    assert (fixer.outcome, reader.outcome) == (Outcome.SOLVED, Outcome.UNSOLVED)
+    assert fixer.diff and reader.diff == ""
+    assert (fixer.turns, reader.turns) == (4, 2)
+    assert_trained_tokens_were_sampled(fixer, scripted_engine, "fixer")
+    assert_trained_tokens_were_sampled(reader, scripted_engine, "reader")
+    assert len(sandboxes.built) == 3 and all(s._closed for s in sandboxes.built)
+
+
+async def test_filling_the_context_budget_is_a_context_overflow(
+    task, sandboxes, middleware, scripted_engine
+):
+    """The engine stops at the context budget mid-answer: context_overflow."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.queue("words " * 4000)
+    result = await rollout(
+        task,
+        sandboxes.harness("claude_code"),
+        sandboxes,
+        middleware,
+        config=config(max_context_tokens=14_000),
+    )
+
+    assert result.outcome is Outcome.CONTEXT_OVERFLOW, (result.error, result.agent_log[-1500:])
+    assert not result.remove_sample
+    assert any(s.finish_reason == "length" for s in scripted_engine.served)
+
+
+def test_result_row_has_outcome_timings_and_no_samples():
+    """RolloutResult.to_dict is one JSON-able line: outcome value, timings, no samples."""
+    result = RolloutResult(
+        instance_id="t",
+        session_id="s",
+        outcome=Outcome.GRADER_ERROR,
+        reward=0.0,
+        timings={"boot": 1.0, "total": 2.0},
+        error="grader 'scaleswe' failed: boom",
+    )
+    row = result.to_dict()
+    assert row["outcome"] == "grader_error" and row["remove_sample"] is True
+    assert row["timings"] == {"boot": 1.0, "total": 2.0}
+    assert "samples" not in row and row["num_samples"] == 0 and row["grade"] is None
+    assert (
+        RolloutResult(
+            instance_id="t", session_id="s", outcome=Outcome.TIMEOUT, reward=0.0
+        ).remove_sample
+        is False
+    )
+
+
+def test_config_reads_agentrl_then_slime_variables():
+    """from_env: AGENTRL_* wins over SWE_*; the guard defaults to agent + eval + 180 s."""
+    env = {
+        "SWE_AGENT_TIME_BUDGET_SEC": "900",
+        "AGENTRL_EVAL_TIMEOUT": "300",
+        "SWE_EVAL_TIMEOUT_SEC": "999",
+        "SWE_BOOT_RETRIES": "5",
+    }
+    cfg = RolloutConfig.from_env(env)
+    assert (cfg.agent_time_budget, cfg.eval_timeout, cfg.boot_retries) == (900, 300, 5)
+    assert cfg.guard_timeout == 900 + 300 + 180
+    assert RolloutConfig.from_env(env, guard_timeout=2000).guard_timeout == 2000
+    with pytest.raises(ValueError, match="SWE_BOOT_RETRIES='many' is not a valid int"):
+        RolloutConfig.from_env({"SWE_BOOT_RETRIES": "many"})
+    with pytest.raises(ValueError, match="guard_timeout"):
+        RolloutConfig(agent_time_budget=100, guard_timeout=50)
