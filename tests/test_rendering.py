@@ -296,3 +296,17 @@ def test_boundary_tokens_exclude_overlapping_and_stripping_tokens(qwen_tokenizer
     assert _boundary_ids(Stub()) == {2, 5, 6}
     qwen_ids = _boundary_ids(qwen_tokenizer)
     assert {151643, 151644, 151645, 151657, 151658, 151667, 151668} <= qwen_ids
+
+
+def test_fork_starts_from_the_donor_prompt(qwen_tokenizer):
+    """A forked renderer reuses the donor's prefix and stays exact; the donor is untouched."""
+    donor = IncrementalRenderer(qwen_tokenizer, tools=TOOLS)
+    system = {"role": "system", "content": "shared system prompt " * 100}
+    donor.render([system, {"role": "user", "content": "main task"}])
+    before = donor.last
+    fork = donor.fork(chat_template_kwargs={"enable_thinking": False})
+    sub = [system, {"role": "user", "content": "sub-agent task"}]
+    prompt = fork.render(sub)
+    assert list(prompt.ids) == full_ids(qwen_tokenizer, sub, TOOLS, enable_thinking=False)
+    assert prompt.reused_tokens > 300
+    assert donor.last is before and fork.stats.turns == 1

@@ -6,6 +6,7 @@ Public API::
                                    chat_template_kwargs=None)      # one per session
     prompt = renderer.render(messages, tools=<unchanged>)           # -> RenderedPrompt
     renderer.render_text(messages, tools=<unchanged>) -> str        # the template's text only
+    renderer.fork(tools=<same>, chat_template_kwargs=None) -> IncrementalRenderer  # shares state
     renderer.reset(); renderer.last -> RenderedPrompt | None; renderer.stats -> RenderStats
     render_full(tokenizer, messages, tools=None, chat_template=None,
                 chat_template_kwargs=None) -> list[int]             # reference: full tokenization
@@ -198,6 +199,29 @@ class IncrementalRenderer:
         """Forget the previous turn; the next render tokenizes everything."""
         self._text, self._ids, self._cut_chars, self._cut_ids = "", [], [], []
         self.last = None
+
+    def fork(
+        self, *, tools: Any = _UNSET, chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> IncrementalRenderer:
+        """A new renderer that starts from this one's last prompt.
+
+        Any earlier prompt is a valid starting point (reuse follows the text), so chains that
+        share a long prefix — sub-agents, sessions with the same system prompt and tools —
+        tokenize only where they differ. Stats start from zero.
+        """
+        clone = IncrementalRenderer(
+            self.tokenizer,
+            tools=self.tools if tools is _UNSET else tools,
+            chat_template=self.chat_template,
+            chat_template_kwargs=(
+                self.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
+            ),
+        )
+        clone._text = self._text
+        clone._ids = list(self._ids)
+        clone._cut_chars = list(self._cut_chars)
+        clone._cut_ids = list(self._cut_ids)
+        return clone
 
     def render_text(self, messages: Sequence[Mapping[str, Any]], *, tools: Any = _UNSET) -> str:
         """The chat template's text for ``messages`` with the generation prompt appended."""
