@@ -138,6 +138,7 @@ async def test_captured_scenario_replays_with_exact_trajectory(
     adapters = {a.name: a for a in all_adapters()}
     replacements = dict(PATH_REWRITES)
     replies = 0
+    expected_prompts: list[list[int]] = []
     for request in load_requests(directory):
         headers = headers_for(request, token)
         url = (
@@ -153,6 +154,12 @@ async def test_captured_scenario_replays_with_exact_trajectory(
         expected_reply = _rewrite(stub_reply(request), PATH_REWRITES)
         expected = _assistant_message(protocol, expected_reply, chat)
         scripted_engine.queue(_engine_text(qwen_tokenizer, chat, expected))
+        full_ids = qwen_tokenizer.apply_chat_template(
+            chat.messages, tools=chat.tools, add_generation_prompt=True, tokenize=True
+        )
+        expected_prompts.append(
+            list(full_ids["input_ids"] if hasattr(full_ids, "keys") else full_ids)
+        )
 
         async with http.post(url, json=body, headers=headers) as response:
             text = await response.text()
@@ -167,6 +174,8 @@ async def test_captured_scenario_replays_with_exact_trajectory(
 
     served = scripted_engine.served
     assert len(served) == replies
+    # The incrementally rendered prompts the engine got equal a full tokenization.
+    assert [list(g.input_ids) for g in served] == expected_prompts
     for generation in served:
         assert generation.routing_key == name
     samples = await middleware.finish_session(name, reward=1.0)

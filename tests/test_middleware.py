@@ -331,3 +331,24 @@ async def test_unix_socket_serves_the_same_app(
         assert reply["choices"][0]["finish_reason"] == "stop"
     finally:
         await mw.close()
+
+
+async def test_new_session_reuses_another_sessions_prompt_prefix(
+    middleware, scripted_engine, qwen_tokenizer, http
+):
+    """A second session with the same system prompt tokenizes only what differs, ids unchanged."""
+    system = "You are a careful coding agent. " * 200
+    bodies = [
+        {**HELLO, "system": system, "messages": [{"role": "user", "content": f"task {i}"}]}
+        for i in range(2)
+    ]
+    for i, body in enumerate(bodies):
+        token = middleware.open_session(f"prefix-{i}")
+        scripted_engine.queue("ok")
+        assert (await post(http, middleware, "/v1/messages", body, bearer(token)))[0] == 200
+    first, second = middleware.timings
+    assert first.reused_prompt_tokens == 0
+    assert second.reused_prompt_tokens > 0.9 * second.prompt_tokens
+    for generation, body in zip(scripted_engine.served, bodies, strict=True):
+        messages = [{"role": "system", "content": system}, *body["messages"]]
+        assert list(generation.input_ids) == template_ids(qwen_tokenizer, messages)

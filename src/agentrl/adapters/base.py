@@ -61,6 +61,7 @@ class TurnTiming:
     session_id: str
     turn_index: int
     prompt_tokens: int
+    reused_prompt_tokens: int
     output_tokens: int
     engine_seconds: float
     overhead_seconds: float
@@ -109,6 +110,8 @@ class Middleware:
             plugins.get_adapter(a)() if isinstance(a, str) else a for a in adapters
         ]
         self._sessions: dict[str, Session] = {}
+        #: Recently opened conversation chains, any session: new chains start from them.
+        self._recent_chains: collections.deque = collections.deque(maxlen=4)
         self._by_token: dict[str, Session] = {}
         self._closed_tokens: dict[str, str] = {}
         self._stop_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
@@ -376,8 +379,16 @@ class Middleware:
     ) -> web.StreamResponse:
         if self.incremental_render:
             renderer = session.renderer_for(
-                self.tokenizer, chat.messages, chat.tools, self.chat_template_kwargs
+                self.tokenizer,
+                chat.messages,
+                chat.tools,
+                self.chat_template_kwargs,
+                donors=self._recent_chains,
             )
+            chain = session.chains[-1] if session.chains else None
+            if chain is not None and chain.renderer is renderer:
+                if chain not in self._recent_chains:
+                    self._recent_chains.append(chain)
         else:
             renderer = IncrementalRenderer(
                 self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
@@ -459,6 +470,7 @@ class Middleware:
                 session_id=session.sid,
                 turn_index=turn_index,
                 prompt_tokens=len(prompt.ids),
+                reused_prompt_tokens=prompt.reused_tokens,
                 output_tokens=len(generation.output_ids),
                 engine_seconds=engine_seconds,
                 overhead_seconds=time.perf_counter() - started - engine_seconds,

@@ -19,7 +19,7 @@ import attrs
 
 from agentrl.rendering import IncrementalRenderer
 
-__all__ = ["SAMPLING_POLICIES", "Session", "new_token"]
+__all__ = ["SAMPLING_POLICIES", "Session", "clone_renderer", "new_token"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,27 @@ class _Chain:
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     tools: list[dict[str, Any]] | None = None
     last_used: int = 0
+
+
+_RENDERER_STATE = ("_text", "_ids", "_cut_chars", "_cut_ids")
+
+
+def clone_renderer(donor: IncrementalRenderer, chat_template_kwargs: Any) -> IncrementalRenderer:
+    """A new renderer that starts from ``donor``'s last prompt instead of from nothing.
+
+    Chains that share a long prefix (every session of one agent starts with the same
+    system prompt and tools) then tokenize only where they differ. Falls back to a fresh
+    renderer when the donor does not expose the expected state.
+    """
+    clone = IncrementalRenderer(
+        donor.tokenizer, tools=donor.tools, chat_template_kwargs=chat_template_kwargs
+    )
+    if all(hasattr(donor, name) for name in _RENDERER_STATE) and donor._text:
+        clone._text = donor._text
+        clone._ids = list(donor._ids)
+        clone._cut_chars = list(donor._cut_chars)
+        clone._cut_ids = list(donor._cut_ids)
+    return clone
 
 
 def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
@@ -91,8 +112,13 @@ class Session:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any] | None,
+        donors: Sequence[_Chain] = (),
     ) -> IncrementalRenderer:
-        """The renderer of the chain this conversation continues (a new chain if none)."""
+        """The renderer of the chain this conversation continues (a new chain if none).
+
+        A new chain starts from the donor chain (another session's, typically) that shares
+        the most leading messages and the same tools, when there is one.
+        """
         self._clock += 1
         best, best_len = None, 0
         for chain in self.chains:
@@ -104,12 +130,18 @@ class Session:
         if best is None:
             if len(self.chains) >= MAX_CHAINS:
                 self.chains.remove(min(self.chains, key=lambda c: c.last_used))
-            best = _Chain(
-                renderer=IncrementalRenderer(
+            donor, donor_len = None, 0
+            for chain in donors:
+                shared = _common_prefix(chain.messages, messages) if chain.tools == tools else 0
+                if shared > donor_len:
+                    donor, donor_len = chain, shared
+            if donor is not None:
+                renderer = clone_renderer(donor.renderer, chat_template_kwargs)
+            else:
+                renderer = IncrementalRenderer(
                     tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
-                ),
-                tools=tools,
-            )
+                )
+            best = _Chain(renderer=renderer, tools=tools)
             self.chains.append(best)
             logger.debug("session %s: conversation chain %d opened", self.sid, len(self.chains))
         best.messages = list(messages)
