@@ -148,7 +148,9 @@ def outputs() -> dict[pathlib.Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    stale = [path for path, text in outputs().items() if not path.exists() or path.read_text() != text]
+    stale = [
+        path for path, text in outputs().items() if not path.exists() or path.read_text() != text
+    ]
     if "--check" in argv:
         for path in stale:
             print(f"{path} is out of date; run python {pathlib.Path(__file__).name}")

@@ -198,7 +198,7 @@ def _ladder_script(
         'tr "\\n" "\\0" < "$S/existed" | tar -cf "$S/backup.tar" --null -T - 2>>"$S/log"',
         "restore() {",
         '  rm -rf -- "$1" "$1.rej" "$1.orig"',
-        '  if grep -qxF -- "$1" "$S/existed"; then tar -xf "$S/backup.tar" -- "$1"; fi',
+        '  if grep -qxF -- "$1" "$S/existed"; then tar -xpf "$S/backup.tar" -- "$1"; fi',
         '  if [ "$in_git" = 1 ]; then git reset -q -- "$1" >/dev/null 2>&1; fi',
         "  return 0",
         "}",
