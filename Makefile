@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps system-deps demo test bench lint clean
+.PHONY: venv deps system-deps demo test test-sglang bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: deps
 
 test: system-deps deps
 	$(BIN)/python -m pytest -q
+
+# Differential test of the built-in parsers against SGLang's own (opt-in: SGLang is heavy).
+test-sglang: deps
+	$(BIN)/pip install -q sglang
+	$(BIN)/python -m pytest -q -m sglang tests/test_parsers_sglang.py
 
 # Benchmarks print their figures and ratios against a baseline measured in the same run.
 bench: deps
