@@ -321,7 +321,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reminder-every",
         type=int,
-        default=4,
+        nargs="+",
+        default=[1, 4],
         help="every Nth tool result also carries a user text block",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -331,7 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     overhead = bench_overhead(tokenizer, args.max_tokens)
     concurrency = asyncio.run(concurrency_run(tokenizer, args.sessions, args.turns))
-    token_yield = asyncio.run(yield_run(tokenizer, args.yield_turns, args.reminder_every))
+    token_yield = [
+        {**asyncio.run(yield_run(tokenizer, args.yield_turns, every)), "reminder_every": every}
+        for every in args.reminder_every
+    ]
     result = {
         "overhead": overhead,
         "concurrency": concurrency,
@@ -361,15 +365,13 @@ def main(argv: list[str] | None = None) -> None:
         f"  memory per session: {c['rss_per_session_kb']:.0f} KiB RSS "
         f"({c['trajectory_per_session_kb']:.0f} KiB held by the trajectory)"
     )
-    y = token_yield
-    print(
-        f"\nToken yield with reasoning under the Qwen3 template ({y['turns']} turns, a user "
-        f"text block every {args.reminder_every}):"
-    )
-    print(
-        f"  {y['trained_tokens']}/{y['sampled_tokens']} sampled tokens trained = "
-        f"{100 * y['yield']:.1f}% ({y['samples']} samples, {y['realigned_turns']} realigned turns)"
-    )
+    print(f"\nToken yield with reasoning under the Qwen3 template ({args.yield_turns} turns):")
+    for y in token_yield:
+        print(
+            f"  user text every {y['reminder_every']} turns: {y['trained_tokens']}/"
+            f"{y['sampled_tokens']} sampled tokens trained = {100 * y['yield']:.1f}% "
+            f"({y['samples']} samples, {y['realigned_turns']} realigned turns)"
+        )
     print(f"\ntotal {result['seconds']:.0f}s")
 
 
