@@ -507,3 +507,51 @@ def test_generate_never_mutates_sampling_params(monkeypatch):
     assert seen["sampling_params"] == params and seen["sampling_params"] is not params
     assert seen["sampling_params"]["stop"] is not params["stop"]
     assert params == {"temperature": 1.0, "stop": ["</s>"], "max_new_tokens": 100}
+
+
+def test_public_address_auto_resolves_this_node():
+    """'auto' becomes the local address of the route to the router; anything else is kept."""
+    from agentrl._slime_service import public_address
+
+    assert public_address("10.0.0.9", "http://127.0.0.1:1") == "10.0.0.9"
+    assert public_address("auto", "http://127.0.0.1:30000") == "127.0.0.1"
+
+
+def test_env_vars_are_documented():
+    """Every environment variable the integration reads is in docs/slime.md."""
+    import pathlib
+
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "slime.md").read_text()
+    missing = [
+        name for var in slime_mod.ENV_VARS for name in (var.name, *var.aliases) if name not in docs
+    ]
+    assert not missing, f"undocumented in docs/slime.md: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("kind", "sglang_name", "agentrl_name"),
+    [
+        ("tool_parser", "qwen25", "hermes"),
+        ("tool_parser", "qwen", "hermes"),
+        ("tool_parser", "qwen3_coder", "qwen3_coder"),
+        ("reasoning_parser", "qwen3", "qwen3"),
+        ("reasoning_parser", "qwen3-thinking", "deepseek_r1"),
+        ("reasoning_parser", "deepseek-r1", "deepseek_r1"),
+    ],
+)
+def test_sglang_parser_names_map_to_agentrl_parsers(
+    agentrl_registry, kind, sglang_name, agentrl_name
+):
+    """--sglang-*-parser names resolve to the agentrl parser reading the same format."""
+    from agentrl._slime_service import resolve_parser
+
+    assert resolve_parser(kind, sglang_name).name == agentrl_name
+    assert resolve_parser(kind, None) is None and resolve_parser(kind, "") is None
+
+
+def test_unknown_parser_name_lists_the_choices(agentrl_registry):
+    """An SGLang parser agentrl cannot read fails naming the flag and the available parsers."""
+    from agentrl._slime_service import resolve_parser
+
+    with pytest.raises(SlimeConfigError, match=r"--sglang-tool-call-parser 'nope'.*hermes"):
+        resolve_parser("tool_parser", "nope")

@@ -69,7 +69,8 @@ ENV_VARS: tuple[_Var, ...] = (
         name="AGENTRL_PUBLIC_HOST",
         aliases=("ADAPTER_PUBLIC_HOST",),
         kind=str,
-        help="host name or IP the sandboxes dial back to reach the middleware",
+        help="host name or IP the sandboxes dial back to reach the middleware "
+        "('auto': this node's own address)",
     ),
     _Var(
         field="bind_host",

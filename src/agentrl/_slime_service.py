@@ -18,6 +18,8 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import socket
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -121,6 +123,29 @@ def resolve_parser(kind: str, name: str | None) -> type | None:
     )
 
 
+def public_address(configured: str, sglang_url: str) -> str:
+    """The address sandboxes dial: ``configured``, or this node's own address for ``auto``.
+
+    ``auto`` suits clusters where sandboxes can route to every node: slime's rollout
+    manager may be placed on any node, so its address is only known at run time. It is
+    Ray's node address when Ray is loaded, else the local address of the route to the
+    SGLang router.
+    """
+    if configured != "auto":
+        return configured
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        with contextlib.suppress(Exception):
+            address = ray.util.get_node_ip_address()
+            if address:
+                return str(address)
+    host = urllib.parse.urlsplit(sglang_url).hostname or "8.8.8.8"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # UDP: nothing is sent, the kernel only picks a route
+        return str(probe.getsockname()[0])
+
+
 class Service:
     """The middleware, engine client and rollout machinery, on their own loop and thread."""
 
@@ -188,7 +213,10 @@ class Service:
         if self.dials_over_network:
             await self.middleware.start(host=c.bind_host, port=c.port)
             bound_port = urllib.parse.urlsplit(self.middleware.url).port
-            where = {"middleware_host": c.require_public_host(), "middleware_port": bound_port}
+            where = {
+                "middleware_host": public_address(c.require_public_host(), s.sglang_url),
+                "middleware_port": bound_port,
+            }
         else:
             await self.middleware.start(host=None, unix_path=c.unix_socket)
             where = {"middleware_host": "127.0.0.1", "middleware_port": c.port or 18001}
