@@ -1,0 +1,87 @@
+"""`agentrl serve`: the middleware alone, printing how to connect, writing samples when stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from click.testing import CliRunner
+
+from agentrl.cli import cli
+from agentrl.serve import run_server, serve
+
+pytest_plugins = ("middleware_fixtures",)
+
+
+async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
+    tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
+):
+    """Each client kind gets its own token; a served turn ends up in the JSONL when stopped."""
+    stop = asyncio.Event()
+    lines: list[str] = []
+    serving = asyncio.Event()
+
+    def announce(line: str) -> None:
+        lines.append(line)
+        if line.lstrip().startswith("Serving"):
+            serving.set()
+
+    output = tmp_path / "out" / "trajectory.jsonl"
+    server = asyncio.create_task(
+        run_server(
+            engine=sglang_client,
+            tokenizer=qwen_tokenizer,
+            host="127.0.0.1",
+            port=0,
+            unix_path=None,
+            tool_parser="hermes",
+            reasoning_parser="qwen3",
+            session_options={"sampling_defaults": {"temperature": 0.6}},
+            output=output,
+            reward=0.25,
+            stop=stop,
+            announce=announce,
+        )
+    )
+    await asyncio.wait_for(serving.wait(), 30)
+    text = "\n".join(lines)
+    url = re.search(r"agentrl middleware at (\S+)", text).group(1)
+    claude_token = re.search(r"ANTHROPIC_AUTH_TOKEN=(\S+)", text).group(1)
+    codex_token = re.search(r"AGENTRL_TOKEN=(\S+) codex", text).group(1)
+    assert claude_token != codex_token
+    assert f'base_url = "{url}/v1"' in text
+    scripted_engine.queue("Hello from the policy.")
+    body = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+    async with http.post(
+        f"{url}/v1/messages", json=body, headers={"x-api-key": claude_token}
+    ) as response:
+        reply = await response.json()
+    assert reply["content"] == [{"type": "text", "text": "Hello from the policy."}]
+    assert scripted_engine.generate_requests[0].body["sampling_params"]["temperature"] == 0.6
+    stop.set()
+    assert await asyncio.wait_for(server, 30) == 1
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(rows) == 1
+    assert rows[0]["session"] == "claude_code" and rows[0]["reward"] == 0.25
+    served = scripted_engine.served[0]
+    assert rows[0]["tokens"][rows[0]["prompt_length"] :] == list(served.output_ids)
+
+
+def test_serve_command_is_registered_and_documents_its_options():
+    """`agentrl serve --help` lists the engine, tokenizer and output options."""
+    from agentrl.adapters import register_commands
+
+    register_commands(cli)
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert result.exit_code == 0, result.output
+    for option in ("--engine", "--engine-url", "--tokenizer", "--unix-socket", "--output"):
+        assert option in result.output
+    assert serve.name == "serve"
+
+
+def test_serve_without_engine_url_says_what_to_pass(qwen_tokenizer_dir):
+    """`--engine sglang` without `--engine-url` is a usage error naming the option."""
+    result = CliRunner().invoke(serve, ["--tokenizer", str(qwen_tokenizer_dir)])
+    assert result.exit_code == 2
+    assert "--engine-url" in result.output
