@@ -254,6 +254,29 @@ async def test_sandbox_failure_is_a_grader_error(examples):
     assert not grade.solved
 
 
+async def test_failed_boot_is_retried_with_a_new_sandbox(examples, factory):
+    """A sandbox that fails to boot is replaced (nothing ran in it); a third failure is final."""
+    task = examples["textstats-1"]
+    broken = sandbox_factory_for("local", options={"bwrap": "/nonexistent/bwrap"})
+    built = []
+
+    def flaky_factory(t):
+        built.append(t.instance_id)
+        return broken(t) if len(built) == 1 else factory(t)
+
+    grade = await ScaleSWEGrader(timeout=120).grade(task, gold_patch(task), flaky_factory)
+    assert grade.error is None and grade.reward == 1.0
+    assert len(built) == 2
+
+    def always_broken(t):
+        built.append(t.instance_id)
+        return broken(t)
+
+    built.clear()
+    grade = await ScaleSWEGrader().grade(task, gold_patch(task), always_broken)
+    assert grade.error is not None and len(built) == 3
+
+
 def test_registered_as_a_plugin(agentrl_registry):
     """Both graders are registered by the built-in graders plugin."""
     assert agentrl_registry.get("grader", "scaleswe") is ScaleSWEGrader

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
+import logging
 import os
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
 
-from agentrl.sandboxes.base import Sandbox
+from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.types import Grade, Task
 
-__all__ = ["DEFAULT_GRADE_TIMEOUT", "Grader", "SandboxFactory", "grade_timeout"]
+__all__ = ["DEFAULT_GRADE_TIMEOUT", "Grader", "SandboxFactory", "fresh_sandbox", "grade_timeout"]
+
+logger = logging.getLogger(__name__)
 
 #: Builds a fresh (not yet started) sandbox for a task; graders never reuse the agent's.
 SandboxFactory = Callable[[Task], Sandbox]
@@ -44,6 +49,40 @@ def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = No
             raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
         return seconds
     return DEFAULT_GRADE_TIMEOUT
+
+
+@contextlib.asynccontextmanager
+async def fresh_sandbox(
+    sandbox_factory: SandboxFactory, task: Task, *, boot_retries: int = 2, backoff: float = 0.5
+) -> AsyncIterator[Sandbox]:
+    """A new sandbox from ``sandbox_factory``, started and destroyed on exit.
+
+    A failed boot is retried ``boot_retries`` times with a new sandbox: nothing has run
+    in it yet, so a retry cannot change what is graded.
+    """
+    attempt = 0
+    while True:
+        sandbox = sandbox_factory(task)
+        try:
+            await sandbox.start()
+            break
+        except (SandboxError, OSError) as exc:
+            await sandbox.aclose()
+            if attempt >= boot_retries:
+                raise
+            attempt += 1
+            logger.warning(
+                "%s: grading sandbox failed to boot (%s); retry %d of %d",
+                task.instance_id,
+                exc,
+                attempt,
+                boot_retries,
+            )
+            await asyncio.sleep(backoff * attempt)
+    try:
+        yield sandbox
+    finally:
+        await sandbox.aclose()
 
 
 class Grader(abc.ABC):

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from agentrl.graders.base import Grader, SandboxFactory, grade_timeout
+from agentrl.graders.base import Grader, SandboxFactory, fresh_sandbox, grade_timeout
 from agentrl.graders.patching import (
     DEFAULT_TEST_PATTERNS,
     SCALESWE_LADDER,
@@ -271,7 +271,7 @@ class ScaleSWEGrader(Grader):
         if reason:
             return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
         try:
-            async with sandbox_factory(task) as sandbox:
+            async with fresh_sandbox(sandbox_factory, task) as sandbox:
                 return await self._grade_in(sandbox, task, diff)
         except asyncio.CancelledError:
             raise

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentrl.graders.base import Grader, SandboxFactory, grade_timeout
+from agentrl.graders.base import Grader, SandboxFactory, fresh_sandbox, grade_timeout
 from agentrl.graders.patching import (
     GIT_ANY_OWNER,
     apply_patch,
@@ -244,7 +244,7 @@ class SWEBenchGrader(Grader):
         try:
             spec = await asyncio.to_thread(self.build_test_spec, task)
             ladder = self.ladder or await asyncio.to_thread(swebench_ladder)
-            async with sandbox_factory(task) as sandbox:
+            async with fresh_sandbox(sandbox_factory, task) as sandbox:
                 details = await self.prepare(sandbox, task)
                 patch = await apply_patch(
                     sandbox, task.workdir, diff, ladder=ladder, user=self.user
