@@ -179,3 +179,54 @@ async def test_codex_writes_a_file_through_the_middleware(tmp_path, middleware, 
     assert messages == ["Created hello.txt."]
     samples = await middleware.finish_session("codex", reward=1.0)
     assert_one_sample_with_two_outputs(samples, scripted_engine.served)
+
+
+async def test_claude_code_reports_an_engine_failure_and_exits_nonzero(
+    tmp_path, middleware, scripted_engine
+):
+    """With the engine failing, Claude Code gets a 502 in Anthropic's shape, says so, exits 1."""
+    claude = cli("claude")
+    repo = git_repo(tmp_path)
+    token = middleware.open_session("claude-down")
+    scripted_engine.fail_next(503, "engine is restarting", session="claude-down")
+    env = {
+        **base_env(tmp_path / "home"),
+        "ANTHROPIC_BASE_URL": middleware.url,
+        "ANTHROPIC_AUTH_TOKEN": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    }
+    code, stdout, stderr = await run_cli(
+        [str(claude), "-p", PROMPT, "--output-format", "stream-json", "--verbose"],
+        cwd=repo,
+        env=env,
+    )
+    assert code != 0
+    assert "inference engine failed" in stdout + stderr, stdout[-2000:] + stderr[-2000:]
+    assert not middleware.trajectory.has_session("claude-down")
+
+
+async def test_codex_reports_an_engine_failure_and_exits_nonzero(
+    tmp_path, middleware, scripted_engine
+):
+    """With the engine failing, Codex gets a 502 in OpenAI's shape, reports it, exits non-zero."""
+    codex = cli("codex")
+    repo = git_repo(tmp_path)
+    token = middleware.open_session("codex-down")
+    scripted_engine.fail_next(503, "engine is restarting", session="codex-down")
+    codex_home = tmp_path / "codex_home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "agentrl-policy"\nmodel_provider = "agentrl"\n[model_providers.agentrl]\n'
+        f'name = "agentrl"\nbase_url = "{middleware.url}/v1"\nenv_key = "AGENTRL_TOKEN"\n'
+        'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+    )
+    env = {**base_env(tmp_path / "home"), "CODEX_HOME": str(codex_home), "AGENTRL_TOKEN": token}
+    code, stdout, stderr = await run_cli(
+        [str(codex), "exec", "--json", "--dangerously-bypass-approvals-and-sandbox", PROMPT],
+        cwd=repo,
+        env=env,
+    )
+    assert code != 0
+    assert "inference engine failed" in stdout + stderr, stdout[-2000:] + stderr[-2000:]
+    assert not middleware.trajectory.has_session("codex-down")
