@@ -245,7 +245,9 @@ class ScaleSWEGrader(Grader):
 
     async def _run_setup_script(self, sandbox: Sandbox, task: Task, name: str, body: str) -> int:
         path = f"{GRADE_DIR}/{name}"
-        await sandbox.write_file(path, f"set -e\ncd {shlex.quote(task.workdir)}\n{body}\n")
+        await sandbox.write_file(
+            path, f"set -e\ncd {shlex.quote(task.workdir)}\n{body}\n", user=self.user
+        )
         result = await exec_and_wait(
             sandbox,
             f"bash {path}",
@@ -310,11 +312,13 @@ class ScaleSWEGrader(Grader):
         if method == "eval_cmd":
             script = f"{GRADE_DIR}/eval_cmd.sh"
             await sandbox.write_file(
-                script, f"cd {shlex.quote(task.workdir)}\n{grading['eval_cmd']}\n"
+                script, f"cd {shlex.quote(task.workdir)}\n{grading['eval_cmd']}\n", user=self.user
             )
             command = f"bash {script}"
         else:
-            await sandbox.write_file(f"{task.workdir}/{F2P_FILE}", grading["f2p_script"])
+            await sandbox.write_file(
+                f"{task.workdir}/{F2P_FILE}", grading["f2p_script"], user=self.user
+            )
             command = f'py="$(command -v python || command -v python3)" && "$py" {F2P_FILE}'
         result = await exec_and_wait(
             sandbox, command, time_budget=self.timeout, user=self.user, workdir=task.workdir
