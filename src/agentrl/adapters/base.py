@@ -24,19 +24,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import attrs
 from aiohttp import web
 
 from agentrl import plugins
+from agentrl.adapters import probes
+from agentrl.adapters.probes import read_json_body
 from agentrl.adapters.protocol import Adapter, AssistantTurn, ChatRequest, ProtocolError
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
-from agentrl.adapters.turns import parse_generation, sampling_params
+from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
 from agentrl.rendering import IncrementalRenderer
@@ -48,23 +48,6 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-@attrs.frozen(kw_only=True)
-class TurnTiming:
-    """Where one recorded turn's time went: the engine, and everything else (overhead).
-
-    ``overhead_seconds`` runs from the request's arrival to the recorded turn, minus the
-    engine call: body parsing, translation, rendering, output parsing, the reply, recording.
-    """
-
-    session_id: str
-    turn_index: int
-    prompt_tokens: int
-    reused_prompt_tokens: int
-    output_tokens: int
-    engine_seconds: float
-    overhead_seconds: float
 
 
 def _resolve_parser(parser: Any, kind: str) -> Any:
@@ -135,8 +118,8 @@ class Middleware:
                 seen[(method, path)] = adapter.name
                 app.router.add_route(method, path, self._handler(adapter, kind))
         for path in ("/", "/api/hello", "/healthz"):
-            app.router.add_get(path, self._health)
-        app.router.add_get("/v1/models", self._models)
+            app.router.add_get(path, probes.health)
+        app.router.add_get("/v1/models", probes.models_handler(self.model_name))
         return app
 
     async def start(
@@ -315,22 +298,8 @@ class Middleware:
 
         return handle
 
-    async def _read_body(self, request: web.Request) -> Any:
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ProtocolError(
-                413,
-                f"request body is larger than the middleware's limit of {self.max_body_bytes} "
-                "bytes (Middleware(max_body_bytes=...))",
-            ) from None
-        try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ProtocolError(400, f"request body is not valid JSON: {exc}") from None
-
     async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
-        body = await self._read_body(request)
+        body = await read_json_body(request, self.max_body_bytes)
         self._authenticate(request)
         chat = adapter.parse_request(body, request.headers)
         ids = self.tokenizer.apply_chat_template(
@@ -346,7 +315,7 @@ class Middleware:
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        body = await self._read_body(request)
+        body = await read_json_body(request, self.max_body_bytes)
         session = self._authenticate(request)
         chat = adapter.parse_request(body, request.headers)
         task = asyncio.current_task()
@@ -519,26 +488,3 @@ class Middleware:
                 502, f"the inference engine is unreachable: {type(exc).__name__}: {exc}"
             ) from None
         return generation, time.perf_counter() - started
-
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "sessions": len(self._sessions)})
-
-    async def _models(self, request: web.Request) -> web.Response:
-        model = {
-            "id": self.model_name,
-            "object": "model",
-            "type": "model",
-            "display_name": self.model_name,
-            "created": 0,
-            "created_at": "1970-01-01T00:00:00Z",
-            "owned_by": "agentrl",
-        }
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [model],
-                "has_more": False,
-                "first_id": self.model_name,
-                "last_id": self.model_name,
-            }
-        )

@@ -10,7 +10,13 @@ import attrs
 
 from agentrl.adapters.protocol import ChatRequest, ToolCall
 
-__all__ = ["DEFAULT_MAX_NEW_TOKENS", "ParsedOutput", "parse_generation", "sampling_params"]
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "ParsedOutput",
+    "TurnTiming",
+    "parse_generation",
+    "sampling_params",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +29,23 @@ _BASE_PARAMS = {
     "spaces_between_special_tokens": False,
     "no_stop_trim": True,
 }
+
+
+@attrs.frozen(kw_only=True)
+class TurnTiming:
+    """Where one recorded turn's time went: the engine, and everything else (overhead).
+
+    ``overhead_seconds`` runs from the request's arrival to the recorded turn, minus the
+    engine call: body parsing, translation, rendering, output parsing, the reply, recording.
+    """
+
+    session_id: str
+    turn_index: int
+    prompt_tokens: int
+    reused_prompt_tokens: int
+    output_tokens: int
+    engine_seconds: float
+    overhead_seconds: float
 
 
 def sampling_params(session: Any, chat: ChatRequest, prompt_tokens: int) -> dict[str, Any] | None:
