@@ -28,14 +28,14 @@ DEFAULT_GRADE_TIMEOUT = 600.0
 
 
 def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = None) -> float:
-    """The grading time budget: ``value``, else ``AGENTRL_GRADE_TIMEOUT``, else slime's
-    ``SWE_EVAL_TIMEOUT_SEC``, else 600 seconds."""
+    """The grading time budget: ``value``, else ``AGENTRL_GRADE_TIMEOUT``, else the
+    rollout's ``AGENTRL_EVAL_TIMEOUT``, else slime's ``SWE_EVAL_TIMEOUT_SEC``, else 600 s."""
     if value is not None:
         if value <= 0:
             raise ValueError(f"grading timeout must be positive seconds, got {value}")
         return float(value)
     environ = os.environ if env is None else env
-    for name in ("AGENTRL_GRADE_TIMEOUT", "SWE_EVAL_TIMEOUT_SEC"):
+    for name in ("AGENTRL_GRADE_TIMEOUT", "AGENTRL_EVAL_TIMEOUT", "SWE_EVAL_TIMEOUT_SEC"):
         raw = environ.get(name, "").strip()
         if not raw:
             continue
