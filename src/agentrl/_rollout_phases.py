@@ -1,0 +1,373 @@
+"""The phases of one rollout (``agentrl.rollout.run_rollout`` is the public entry point).
+
+``Phases.run`` boots the agent sandbox, prepares the workspace, opens the session, runs
+the harness, captures the diff, grades in a fresh sandbox and finishes the session, all
+under the outer guard; ``classify`` turns what happened into a typed outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import urllib.parse
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from agentrl import plugins
+from agentrl.graders.base import Grader, SandboxFactory
+from agentrl.harnesses.base import (
+    EXIT_TIME_BUDGET_EXCEEDED,
+    Harness,
+    HarnessContext,
+    jittered_backoff,
+)
+from agentrl.harnesses.workspace import capture_diff, prepare_workspace
+from agentrl.hookspecs import hookimpl
+from agentrl.sandboxes.base import Sandbox, SandboxError
+from agentrl.trajectory import TrainingSample
+from agentrl.types import Grade, Outcome, Task
+
+if TYPE_CHECKING:
+    from agentrl.rollout import RolloutConfig
+
+logger = logging.getLogger("agentrl.rollout")
+
+
+class Failure(Exception):
+    """Ends a rollout early with a non-trainable outcome."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class _TurnLedger:
+    """Observer of ``on_turn_recorded``: per-turn facts for the sessions being rolled out."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, list[tuple[int, int, str]]] = {}
+
+    @hookimpl
+    def on_turn_recorded(self, event: Any) -> None:
+        turns = self._turns.get(event.session_id)
+        if turns is not None:
+            turns.append((event.prompt_tokens, event.output_tokens, event.finish_reason))
+
+    def watch(self, sid: str) -> None:
+        registry = plugins.get_registry()
+        if not registry.pm.is_registered(self):
+            registry.pm.register(self, name="agentrl.rollout")
+        self._turns[sid] = []
+
+    def pop(self, sid: str) -> list[tuple[int, int, str]]:
+        return self._turns.pop(sid, [])
+
+
+LEDGER = _TurnLedger()
+
+
+@attrs.define
+class State:
+    """What a rollout has learned so far (kept when the guard interrupts it)."""
+
+    sid: str
+    phase: str = "boot"
+    timings: dict[str, float] = attrs.field(factory=dict)
+    exit_code: int | None = None
+    agent_log: str = ""
+    diff: str = ""
+    grade: Grade | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    session_open: bool = False
+    unrecorded_turns: int = 0
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        self.phase = phase
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[phase] = round(
+                self.timings.get(phase, 0.0) + time.monotonic() - started, 3
+            )
+
+    @property
+    def reward(self) -> float:
+        """The grade's reward, or 0.0 when the outcome must not train the policy."""
+        trainable = self.outcome is not None and self.outcome.trainable
+        return float(self.grade.reward) if trainable and self.grade else 0.0
+
+    def fail(self, outcome: Outcome, message: str) -> None:
+        if self.outcome is None or self.outcome.trainable:
+            self.outcome, self.error = outcome, message
+
+
+@attrs.define(kw_only=True)
+class Phases:
+    """One rollout's parts and progress; ``run`` drives the phases."""
+
+    task: Task
+    harness: Harness
+    grader: Grader
+    sandbox_factory: SandboxFactory
+    middleware: Any
+    config: RolloutConfig
+    sampling_params: dict[str, Any]
+    boot_semaphore: asyncio.Semaphore | None
+    prompt: str
+    state: State
+
+    async def run(self) -> tuple[list[tuple[int, int, str]], list[TrainingSample]]:
+        """Run every phase under the guard; returns the turn ledger and the samples."""
+        state, config = self.state, self.config
+        started = time.monotonic()
+        samples: list[TrainingSample] = []
+        turns: list[tuple[int, int, str]] = []
+        LEDGER.watch(state.sid)
+        try:
+            try:
+                await asyncio.wait_for(self._agent_and_grade(), timeout=config.guard_timeout)
+            except asyncio.TimeoutError:
+                state.fail(
+                    Outcome.INFRA_ERROR,
+                    f"the rollout guard of {config.guard_timeout:g}s expired during the "
+                    f"{state.phase!r} phase; raise guard_timeout or find what hangs",
+                )
+            turns = LEDGER.pop(state.sid)
+            classify(state, turns, config)
+            if state.session_open:
+                with state.timed("finish"):
+                    samples = await self._finish()
+        finally:
+            LEDGER.pop(state.sid)
+            with contextlib.suppress(Exception):
+                await self.middleware.drop_session(state.sid)
+        state.timings["total"] = round(time.monotonic() - started, 3)
+        return turns, samples
+
+    async def _agent_and_grade(self) -> None:
+        state = self.state
+        try:
+            await self._agent()
+        except Failure as failure:
+            state.fail(failure.outcome, str(failure))
+            return
+        with state.timed("grade"):
+            state.grade = await self._grade()
+        if state.grade.error is not None:
+            state.fail(
+                Outcome.GRADER_ERROR, f"grader {self.grader.name!r} failed: {state.grade.error}"
+            )
+
+    async def _agent(self) -> None:
+        state, config, task, harness = self.state, self.config, self.task, self.harness
+        with state.timed("boot"):
+            sandbox = await self._boot()
+        try:
+            with state.timed("prepare"):
+                baseline = await _guarded(
+                    "prepare the workspace",
+                    prepare_workspace(
+                        sandbox,
+                        task,
+                        user=config.agent_user,
+                        problem_file=config.problem_file,
+                        timeout=config.prepare_timeout,
+                        ignore=config.diff_ignore,
+                    ),
+                )
+                token = await _guarded("open a middleware session", self._open_session())
+            with state.timed("install"):
+                ctx = HarnessContext(
+                    base_url=_sandbox_url(sandbox, self.middleware, config),
+                    api_key=token,
+                    workdir=task.workdir,
+                    session_id=state.sid,
+                    user=config.agent_user,
+                    model=config.model,
+                )
+                await _guarded("install the agent CLI", harness.install(sandbox))
+                await _guarded("configure the agent CLI", harness.configure(sandbox, ctx))
+            with state.timed("agent"):
+                prompt = self.prompt
+                state.exit_code = await _guarded(
+                    "run the agent CLI",
+                    harness.run(sandbox, ctx, prompt, config.agent_time_budget),
+                )
+                session = self.middleware.session(state.sid)
+                state.unrecorded_turns = session.turns_started - session.turns_recorded
+            with state.timed("diff"):
+                excludes = (config.problem_file, *harness.workspace_excludes)
+                state.diff = await _guarded(
+                    "capture the diff",
+                    capture_diff(sandbox, task.workdir, baseline, excludes, config.diff_ignore),
+                )
+        finally:
+            if state.session_open and not state.agent_log:
+                with contextlib.suppress(Exception):
+                    state.agent_log = await asyncio.wait_for(harness.read_log(sandbox), 30)
+            await sandbox.aclose()
+
+    async def _open_session(self) -> str:
+        token = self.middleware.open_session(
+            self.state.sid,
+            sampling_defaults=self.sampling_params,
+            max_context_tokens=self.config.max_context_tokens,
+            max_turns=self.config.max_turns,
+        )
+        self.state.session_open = True
+        return token
+
+    async def _boot(self) -> Sandbox:
+        config, errors = self.config, []
+        attempts = config.boot_retries + 1
+        for attempt in range(1, attempts + 1):
+            sandbox: Sandbox | None = None
+            try:
+                sandbox = self.sandbox_factory(self.task)
+                async with self.boot_semaphore or contextlib.nullcontext():
+                    await asyncio.wait_for(sandbox.start(), config.boot_timeout)
+                return sandbox
+            except asyncio.CancelledError:
+                if sandbox is not None:
+                    await sandbox.aclose()
+                raise
+            except Exception as exc:
+                if sandbox is not None:
+                    await sandbox.aclose()
+                detail = str(exc) or f"no start within {config.boot_timeout:g}s"
+                errors.append(f"attempt {attempt}: {type(exc).__name__}: {detail}")
+                transient = isinstance(exc, (SandboxError, OSError, asyncio.TimeoutError))
+                if not transient or attempt == attempts:
+                    break
+                delay = jittered_backoff(attempt, base=config.boot_backoff)
+                logger.warning(
+                    "sandbox boot for %s failed (%s); retry in %.1fs",
+                    self.task.instance_id,
+                    errors[-1],
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        raise Failure(
+            Outcome.INFRA_ERROR,
+            f"the agent sandbox did not boot ({len(errors)} attempt(s)): " + "; ".join(errors),
+        )
+
+    async def _grade(self) -> Grade:
+        diff, config, grader = self.state.diff, self.config, self.grader
+        if not diff.strip() and not config.grade_empty_diff:
+            return Grade(reward=0.0, applied_cleanly=True, details={"empty_diff": True})
+        try:
+            return await asyncio.wait_for(
+                grader.grade(self.task, diff, self.sandbox_factory), timeout=config.eval_timeout
+            )
+        except asyncio.TimeoutError:
+            error = f"grading took longer than eval_timeout={config.eval_timeout:g}s"
+        except Exception as exc:
+            logger.exception("grader %s raised for %s", grader.name, self.task.instance_id)
+            error = f"{type(exc).__name__}: {exc}"
+        return Grade(reward=0.0, applied_cleanly=False, error=error)
+
+    async def _finish(self) -> list[TrainingSample]:
+        state = self.state
+        assert state.outcome is not None
+        metadata = {
+            "instance_id": self.task.instance_id,
+            "session_id": state.sid,
+            "harness": self.harness.name,
+            "outcome": state.outcome.value,
+        }
+        extra: dict[str, Any] = {}
+        cap = self.config.max_sample_tokens
+        if cap and cap != self.config.max_context_tokens:
+            extra["max_sample_tokens"] = cap
+        try:
+            return list(
+                await self.middleware.finish_session(
+                    state.sid, reward=state.reward, metadata=metadata, **extra
+                )
+            )
+        except Exception as exc:
+            logger.exception("finish_session failed for %s", state.sid)
+            state.fail(Outcome.INFRA_ERROR, f"could not collect the samples: {exc}")
+            return []
+
+
+async def _guarded(what: str, step: Any) -> Any:
+    """Await ``step``; a sandbox or harness failure becomes an infra_error ``Failure``."""
+    try:
+        return await step
+    except (Failure, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        logger.debug("could not %s", what, exc_info=True)
+        raise Failure(
+            Outcome.INFRA_ERROR, f"could not {what}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _sandbox_url(sandbox: Sandbox, middleware: Any, config: RolloutConfig) -> str:
+    parsed = urllib.parse.urlsplit(getattr(middleware, "url", None) or "")
+    port = config.middleware_port or parsed.port
+    # A middleware on a unix socket only has no TCP host; sandboxes that relay the socket
+    # (the local backend) only need the port.
+    host = config.middleware_host or parsed.hostname or ("127.0.0.1" if port else None)
+    if not host or not port:
+        raise Failure(
+            Outcome.INFRA_ERROR,
+            "the middleware address is unknown: start the middleware on TCP or set "
+            "RolloutConfig(middleware_host=..., middleware_port=...)",
+        )
+    try:
+        return sandbox.url_for(host, port)
+    except SandboxError as exc:
+        raise Failure(
+            Outcome.INFRA_ERROR, f"the sandbox cannot reach the middleware: {exc}"
+        ) from exc
+
+
+def classify(state: State, turns: list[tuple[int, int, str]], config: RolloutConfig) -> None:
+    """Settle the outcome from the exit code, the turns and the grade."""
+    if state.outcome is not None and not state.outcome.trainable:
+        return
+    code = state.exit_code
+    if code is None:
+        state.fail(Outcome.INFRA_ERROR, state.error or "the agent never ran")
+    elif not turns and code != EXIT_TIME_BUDGET_EXCEEDED:
+        state.fail(
+            Outcome.INFRA_ERROR,
+            f"the agent CLI made no model call that reached the engine (exit code {code}); "
+            "check its log: the middleware URL or token may be wrong, or the engine is down",
+        )
+    elif code not in (0, EXIT_TIME_BUDGET_EXCEEDED) and state.unrecorded_turns:
+        state.fail(
+            Outcome.INFRA_ERROR,
+            f"the agent CLI exited with code {code} after {state.unrecorded_turns} turn(s) "
+            "failed in the middleware or engine (see the middleware log)",
+        )
+    elif code == EXIT_TIME_BUDGET_EXCEEDED:
+        state.outcome = Outcome.TIMEOUT
+        state.error = f"the agent exceeded its time budget of {config.agent_time_budget:g}s"
+    elif _overflowed(turns, config.max_context_tokens):
+        state.outcome = Outcome.CONTEXT_OVERFLOW
+        state.error = f"the context budget of {config.max_context_tokens} tokens ran out"
+    elif code != 0:
+        state.outcome = Outcome.AGENT_ERROR
+        state.error = f"the agent CLI exited with code {code}"
+    elif state.grade is not None and state.grade.solved:
+        state.outcome = Outcome.SOLVED
+    else:
+        state.outcome = Outcome.UNSOLVED
+
+
+def _overflowed(turns: list[tuple[int, int, str]], budget: int) -> bool:
+    if not budget or not turns:
+        return False
+    prompt, output, finish = turns[-1]
+    return finish == "length" and prompt + output >= budget
