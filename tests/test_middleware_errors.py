@@ -163,3 +163,30 @@ async def test_internal_error_is_500_without_traceback(qwen_tokenizer, sglang_cl
         assert "secret internal detail" in caplog.text
     finally:
         await mw.close()
+
+
+async def test_conversation_the_template_rejects_is_400(qwen_tokenizer_dir, sglang_client, http):
+    """A chat template that raises on the history is a 400 quoting it, not a 500."""
+    from transformers import PreTrainedTokenizerFast
+
+    strict = PreTrainedTokenizerFast.from_pretrained(str(qwen_tokenizer_dir), local_files_only=True)
+    strict.chat_template = (
+        "{% if messages|length > 1 %}{{ raise_exception('one message only, please') }}{% endif %}"
+        "{{ messages[0].content }}"
+    )
+    mw = Middleware(engine=sglang_client, tokenizer=strict, adapters=[AnthropicAdapter()])
+    await mw.start()
+    try:
+        token = mw.open_session("s")
+        body = {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"},
+            ],
+        }
+        message = await send(http, mw, "anthropic", body=body, token=token, status=400)
+        assert "one message only, please" in message
+    finally:
+        await mw.close()

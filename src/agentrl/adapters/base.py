@@ -39,7 +39,7 @@ from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
 from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
-from agentrl.rendering import IncrementalRenderer
+from agentrl.rendering import IncrementalRenderer, RenderError
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent
 
@@ -347,22 +347,24 @@ class Middleware:
         started: float,
     ) -> web.StreamResponse:
         if self.incremental_render:
-            renderer = session.renderer_for(
+            chain = session.chain_for(
                 self.tokenizer,
                 chat.messages,
                 chat.tools,
                 self.chat_template_kwargs,
                 donors=self._recent_chains,
             )
-            chain = session.chains[-1] if session.chains else None
-            if chain is not None and chain.renderer is renderer:
-                if chain not in self._recent_chains:
-                    self._recent_chains.append(chain)
+            if chain not in self._recent_chains:
+                self._recent_chains.append(chain)
+            renderer = chain.renderer
         else:
             renderer = IncrementalRenderer(
                 self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
             )
-        prompt = renderer.render(chat.messages, tools=chat.tools)
+        try:
+            prompt = renderer.render(chat.messages, tools=chat.tools)
+        except RenderError as exc:
+            raise ProtocolError(400, f"cannot render this conversation: {exc}") from None
         params = sampling_params(session, chat, len(prompt.ids))
         engine_seconds = 0.0
         if params is None:

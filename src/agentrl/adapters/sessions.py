@@ -19,7 +19,7 @@ import attrs
 
 from agentrl.rendering import IncrementalRenderer
 
-__all__ = ["SAMPLING_POLICIES", "Session", "clone_renderer", "new_token"]
+__all__ = ["SAMPLING_POLICIES", "Chain", "Session", "clone_renderer", "new_token"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,10 @@ def new_token() -> str:
     return "agentrl-" + secrets.token_urlsafe(24)
 
 
-@attrs.define
-class _Chain:
+@attrs.define(eq=False)
+class Chain:
+    """One conversation chain: its renderer and the messages it last rendered."""
+
     renderer: IncrementalRenderer
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     tools: list[dict[str, Any]] | None = None
@@ -90,7 +92,7 @@ class Session:
     turns_recorded: int = 0
     minted: dict[str, int] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
-    chains: list[_Chain] = attrs.field(factory=list)
+    chains: list[Chain] = attrs.field(factory=list)
     _clock: int = 0
 
     def remember(self, wire_id: str, turn_index: int) -> str:
@@ -106,15 +108,15 @@ class Session:
                 found.setdefault(str(index), turn)
         return found
 
-    def renderer_for(
+    def chain_for(
         self,
         tokenizer: Any,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any] | None,
-        donors: Sequence[_Chain] = (),
-    ) -> IncrementalRenderer:
-        """The renderer of the chain this conversation continues (a new chain if none).
+        donors: Sequence[Chain] = (),
+    ) -> Chain:
+        """The chain this conversation continues, with its renderer (a new chain if none).
 
         A new chain starts from the donor chain (another session's, typically) that shares
         the most leading messages and the same tools, when there is one.
@@ -141,9 +143,9 @@ class Session:
                 renderer = IncrementalRenderer(
                     tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
                 )
-            best = _Chain(renderer=renderer, tools=tools)
+            best = Chain(renderer=renderer, tools=tools)
             self.chains.append(best)
             logger.debug("session %s: conversation chain %d opened", self.sid, len(self.chains))
         best.messages = list(messages)
         best.last_used = self._clock
-        return best.renderer
+        return best
