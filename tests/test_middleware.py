@@ -352,3 +352,28 @@ async def test_new_session_reuses_another_sessions_prompt_prefix(
     for generation, body in zip(scripted_engine.served, bodies, strict=True):
         messages = [{"role": "system", "content": system}, *body["messages"]]
         assert list(generation.input_ids) == template_ids(qwen_tokenizer, messages)
+
+
+async def test_finish_waits_for_the_inflight_turn_and_drop_cancels_it(
+    middleware, scripted_engine, http
+):
+    """finish_session lets a running turn finish and includes it; drop_session aborts one."""
+    finishing = middleware.open_session("finishing")
+    scripted_engine.queue("slow but kept", delay=0.3, session="finishing")
+    turn = asyncio.create_task(post(http, middleware, "/v1/messages", HELLO, bearer(finishing)))
+    await scripted_engine.wait_for(lambda: len(scripted_engine.generate_requests) == 1)
+    samples = await middleware.finish_session("finishing", reward=1.0)
+    assert (await turn)[0] == 200
+    assert len(samples) == 1
+    assert sum(samples[0].loss_mask) == len(scripted_engine.served[0].output_ids)
+
+    dropping = middleware.open_session("dropping")
+    scripted_engine.queue("never delivered", delay=30, session="dropping")
+    turn = asyncio.create_task(post(http, middleware, "/v1/messages", HELLO, bearer(dropping)))
+    await scripted_engine.wait_for(lambda: len(scripted_engine.generate_requests) == 2)
+    await middleware.drop_session("dropping")
+    await scripted_engine.wait_for(lambda: bool(scripted_engine.abort_requests), timeout=10)
+    assert scripted_engine.abort_requests[0].body["rid"].startswith("dropping-t0-")
+    with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+        await turn
+    assert not middleware.trajectory.has_session("dropping")
