@@ -98,8 +98,14 @@ def prepare_image(image: str | None) -> pathlib.Path | None:
     return target
 
 
-def root_args(image_root: pathlib.Path | None, mask_file: pathlib.Path) -> list[str]:
-    """bwrap arguments that build the read-only root from the host or an image."""
+def root_args(
+    image_root: pathlib.Path | None, mask_file: pathlib.Path, etc_files: dict[str, pathlib.Path]
+) -> list[str]:
+    """bwrap arguments that build the read-only root from the host or an image.
+
+    ``etc_files`` (name -> host file) replace or add files in /etc; when one is missing
+    from the root, /etc becomes a tmpfs holding the root's entries plus these files.
+    """
     args: list[str] = []
     if image_root is None:
         base = pathlib.Path("/")
@@ -107,18 +113,41 @@ def root_args(image_root: pathlib.Path | None, mask_file: pathlib.Path) -> list[
     else:
         base = image_root
         names = sorted(n for n in os.listdir(image_root) if n not in _IMAGE_SKIP)
+    etc = base / "etc"
+    expand_etc = (
+        etc.is_dir()
+        and not etc.is_symlink()
+        and not all((etc / name).is_file() for name in etc_files)
+    )
     for name in names:
         src = base / name
-        if src.is_symlink():
-            args += ["--symlink", os.readlink(src), f"/{name}"]
-        elif src.is_dir():
-            args += ["--ro-bind", str(src), f"/{name}"]
-        elif src.is_file():
-            args += ["--ro-bind", str(src), f"/{name}"]
+        if name == "etc" and expand_etc:
+            args += ["--tmpfs", "/etc"]
+            for entry in sorted(os.listdir(src)):
+                if entry not in etc_files:
+                    args += _bind_entry(src / entry, f"/etc/{entry}")
+            for entry, host_file in etc_files.items():
+                args += ["--ro-bind", str(host_file), f"/etc/{entry}"]
+            args += ["--remount-ro", "/etc"]
+        else:
+            args += _bind_entry(src, f"/{name}")
+    if "etc" not in names:
+        raise SandboxError(f"the image {base} has no /etc directory; is it a root filesystem?")
+    if not expand_etc:
+        for name, host_file in etc_files.items():
+            args += ["--ro-bind", str(host_file), f"/etc/{name}"]
     for masked in MASKED_FILES:
         if os.path.lexists(str(base) + masked) and not os.path.islink(str(base) + masked):
             args += ["--ro-bind", str(mask_file), masked]
     return args
+
+
+def _bind_entry(src: pathlib.Path, dest: str) -> list[str]:
+    if src.is_symlink():
+        return ["--symlink", os.readlink(src), dest]
+    if src.is_dir() or src.is_file():
+        return ["--ro-bind", str(src), dest]
+    return []
 
 
 def account_files(

@@ -17,6 +17,9 @@ SERVICES = "/.agentrl/services"
 INIT_SH = r"""
 C=/.agentrl/ctl
 fail() { printf '%s\n' "$*" > "$C/ready.tmp"; mv "$C/ready.tmp" "$C/ready"; exit 1; }
+for t in setsid mv; do
+  command -v $t >/dev/null 2>&1 || fail "error: the sandbox root has no '$t'; the local sandbox needs sh, setsid and mv (util-linux, coreutils) in the image"
+done
 for p in $AGENTRL_SERVICE_PORTS; do
   command -v socat >/dev/null 2>&1 || fail "error: socat is not installed in the sandbox root; it relays 127.0.0.1:$p to the host service"
   socat "TCP-LISTEN:$p,bind=127.0.0.1,reuseaddr,fork" "UNIX-CONNECT:/.agentrl/services/$p.sock" &
@@ -29,8 +32,8 @@ for p in $AGENTRL_SERVICE_PORTS; do
   done
 done
 unset AGENTRL_SERVICE_PORTS
-echo ready > "$C/ready.tmp" && mv "$C/ready.tmp" "$C/ready"
 exec 3<> "$C/queue"
+echo ready > "$C/ready.tmp" && mv "$C/ready.tmp" "$C/ready"
 while IFS= read -r line <&3; do
   case "$line" in
     run\ *) id=${line#run }
@@ -45,18 +48,19 @@ done
 
 RUN_SH = r"""
 d=/.agentrl/ctl/req/$1
-echo $$ > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"
 read -r user < "$d/user"
 if command -v bash >/dev/null 2>&1; then shell=bash; else shell=sh; fi
 inner='. "$1/env.sh" || exit 126; cd "$AGENTRL_WORKDIR" || exit 1; unset AGENTRL_WORKDIR; exec "$2" "$1/cmd.sh"'
+wrap=
 if [ "$user" = root ]; then
-  if command -v unshare >/dev/null 2>&1; then
-    unshare --map-root-user -- sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err"
-  else
-    echo "agentrl: user='root' needs unshare (util-linux) in the sandbox root" > "$d/err"; false
-  fi
-else
-  sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err"
+  if command -v unshare >/dev/null 2>&1; then wrap="unshare --map-root-user --"
+  else echo "agentrl: user='root' needs unshare (util-linux) in the sandbox root" > "$d/err"
+       echo 126 > "$d/rc"; exit 0; fi
 fi
+# The command gets a session (and process group) of its own: killing it spares this script,
+# which still writes the exit code.
+setsid $wrap sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err" &
+echo $! > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"
+wait $!
 echo $? > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
 """

@@ -196,13 +196,11 @@ class LocalSandbox(Sandbox):
             " ".join(str(p) for p in sorted(self.services)),
             "--info-fd",
             str(info_fd),
-            *fs.root_args(self._image_root, self.state / "masked"),
-            "--ro-bind",
-            str(self._passwd),
-            "/etc/passwd",
-            "--ro-bind",
-            str(self._group),
-            "/etc/group",
+            *fs.root_args(
+                self._image_root,
+                self.state / "masked",
+                {"passwd": self._passwd, "group": self._group},
+            ),
             "--dev",
             "/dev",
             "--proc",
@@ -235,7 +233,8 @@ class LocalSandbox(Sandbox):
             args += ["--ro-bind", src, dest]
         for port, sock in self.services.items():
             args += ["--bind", str(sock), f"{SERVICES}/{port}.sock"]
-        return [*args, "--chdir", "/", "sh", f"{BIN}/init.sh"]
+        # The root itself is bubblewrap's tmpfs: make it read-only once everything is mounted.
+        return [*args, "--remount-ro", "/", "--chdir", "/", "sh", f"{BIN}/init.sh"]
 
     async def _launch(self) -> None:
         assert self.state is not None and self.limits is not None
@@ -420,13 +419,19 @@ class LocalSandbox(Sandbox):
         assert self.state is not None
         rid = uuid.uuid4().hex
         req = self.state / "ctl" / "req" / rid
-        req.mkdir()
+        env_script = self._env_script(user, env, workdir or self.workdir)
+        keep = False
         try:
-            (req / "cmd.sh").write_text(cmd + "\n")
-            (req / "env.sh").write_text(self._env_script(user, env, workdir or self.workdir))
-            (req / "user").write_text(user + "\n")
+            await asyncio.to_thread(_write_request, req, cmd, env_script, user)
             self._send(f"run {rid}")
-            code = await self._wait_rc(req, timeout)
+            try:
+                code = await self._wait_rc(req, timeout)
+            except asyncio.CancelledError:
+                # Kill it; its request directory stays for the spawner to find the pgid in.
+                with contextlib.suppress(SandboxError):
+                    self._send(f"kill {rid}")
+                keep = True
+                raise
             stderr_note = ""
             if code is None:
                 self._send(f"kill {rid}")
@@ -436,7 +441,8 @@ class LocalSandbox(Sandbox):
             stdout = await asyncio.to_thread(cap_file, req / "out", self.max_output)
             stderr = await asyncio.to_thread(cap_file, req / "err", self.max_output)
         finally:
-            await asyncio.to_thread(shutil.rmtree, req, True)
+            if not keep:
+                await asyncio.to_thread(shutil.rmtree, req, True)
         result = ExecResult(exit_code=code, stdout=stdout, stderr=stderr + stderr_note)
         return check_result(cmd, result, check)
 
@@ -517,6 +523,13 @@ def _sweep_stale(paths: Any, remove: Any) -> None:
         with contextlib.suppress(OSError):
             remove(path)
             logger.info("removed %s left by dead process %s", path, owner)
+
+
+def _write_request(req: pathlib.Path, cmd: str, env_script: str, user: str) -> None:
+    req.mkdir()
+    (req / "cmd.sh").write_text(cmd + "\n")
+    (req / "env.sh").write_text(env_script)
+    (req / "user").write_text(user + "\n")
 
 
 def _open_outputs(state: pathlib.Path) -> tuple[Any, Any]:
