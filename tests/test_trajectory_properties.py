@@ -36,7 +36,7 @@ PROFILE = settings.get_profile("trajectory-thorough" if _THOROUGH else "trajecto
 ROLE = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
 GEN = ROLE["assistant"]
 DRIFT_IDS = (7, 8, 9)
-THRESHOLDS = st.sampled_from([0, 1, 2, 3, 5, 1024])
+THRESHOLDS = st.sampled_from([0, 1, 2, 3, 5, 1024, 1024, 1024])
 
 
 @dataclass
@@ -57,6 +57,7 @@ class Session:
 
     turns: list[Turn] = field(default_factory=list)
     linear: bool = True  # one branch, honest prompts, no rewrites, non-empty outputs
+    rerendered: set[int] = field(default_factory=set)  # turns whose replay re-tokenizes
 
 
 class _Renderer:
@@ -69,6 +70,16 @@ class _Renderer:
         self.ids[label] = ids
         return {"role": role, "content": label}
 
+    def last_assistant_span(self, history: list[dict]) -> tuple[int, int] | None:
+        """Where the latest assistant message's ids sit in ``render(history)``."""
+        span, position = None, 0
+        for message in history:
+            length = 1 + len(self.ids[message["content"]])
+            if message["role"] == "assistant":
+                span = (position + 1, position + length)
+            position += length
+        return span
+
     def render(self, history: list[dict]) -> list[int]:
         out: list[int] = []
         for message in history:
@@ -77,8 +88,12 @@ class _Renderer:
 
 
 @st.composite
-def sessions(draw, linear: bool = False) -> Session:
-    """Generate a session; ``linear`` keeps it to one honest branch."""
+def sessions(draw, linear: bool = False, rerender: bool = False) -> Session:
+    """Generate a session; ``linear`` keeps it to one honest branch.
+
+    With ``rerender`` (linear sessions only) the template may re-tokenize a replayed
+    response differently from what was sampled, consistently in every later prompt.
+    """
     vocab = draw(st.integers(3, 30))
     token = st.integers(100, 100 + vocab)
     renderer = _Renderer()
@@ -114,9 +129,13 @@ def sessions(draw, linear: bool = False) -> Session:
             history = list(previous.messages)
         if not linear and draw(st.integers(0, 4)) == 0:
             history = _rewrite_last_assistant(draw, renderer, history, token)
+        if rerender and index > 1 and draw(st.booleans()):
+            label = history[-2]["content"]  # the latest response, before its tool result
+            renderer.ids[label] = _drift(draw, renderer.ids[label], None)
+            session.rerendered.add(index - 1)
         prompt = renderer.render(history)
         if not linear and draw(st.integers(0, 2)) == 0:
-            prompt = _drift(draw, prompt)
+            prompt = _drift(draw, prompt, renderer.last_assistant_span(history))
             session.linear = False
         output = draw(st.lists(token, min_size=1 if linear else 0, max_size=8))
         logprobs = [-(index * 1000 + k + 1) / 1000 for k in range(len(output))]
@@ -129,7 +148,7 @@ def sessions(draw, linear: bool = False) -> Session:
         session.turns.append(Turn(history, prompt, output, logprobs, finish, response))
         after = [*history, response] if response is not None else list(history)
         branches[b] = [*after, new_message(draw(st.sampled_from(["user", "tool"])), 1)]
-    session.linear = session.linear and linear
+    session.linear = session.linear and linear and not session.rerendered
     return session
 
 
@@ -146,9 +165,16 @@ def _rewrite_last_assistant(draw, renderer: _Renderer, history: list[dict], toke
     return [*history[:i], rewritten, *history[i + 1 :]]
 
 
-def _drift(draw, prompt: list[int]) -> list[int]:
-    """Insert, replace or delete a short run of ids at a random position."""
-    at = draw(st.integers(0, len(prompt) - 1))
+def _drift(draw, prompt: list[int], response: tuple[int, int] | None) -> list[int]:
+    """Insert, replace or delete a short run of ids at a random position.
+
+    Two times in three the position lies inside the latest replayed response (when there is
+    one), where a short drift can be realigned instead of forking.
+    """
+    if response is not None and response[0] < response[1] and draw(st.integers(0, 2)):
+        at = draw(st.integers(response[0], response[1] - 1))
+    else:
+        at = draw(st.integers(0, len(prompt) - 1))
     length = draw(st.integers(1, 3))
     run = [draw(st.sampled_from(DRIFT_IDS)) for _ in range(length)]
     kind = draw(st.sampled_from(["insert", "replace", "delete"]))
@@ -274,6 +300,33 @@ def test_linear_sessions_give_one_sample_of_all_outputs(session, threshold):
     assert trained == [token for turn in session.turns for token in turn.output]
     assert sample.metadata["trained_turns"] == tuple(range(1, len(session.turns) + 1))
     check_released(manager, "s")
+
+
+@PROFILE
+@given(session=sessions(linear=True, rerender=True), threshold=st.sampled_from([0, 9, 1024]))
+def test_rerendered_latest_response_is_realigned(session, threshold):
+    """A linear session whose replays re-tokenize the latest response stays one sample.
+
+    Each re-tokenized response is realigned (context, untrained) and every other output
+    trains in order; with the threshold at 0 each such drift forks instead.
+    """
+    manager = TrajectoryManager(fork_threshold_tokens=threshold)
+    record(manager, "s", session)
+    samples = manager.get_trajectory("s")
+    check_tito(samples, session)
+    if threshold == 0:
+        assert len(samples) == len(session.rerendered) + 1
+        return
+    (sample,) = samples
+    assert set(sample.metadata["realigned_turns"]) == session.rerendered
+    kept = [i for i in range(1, len(session.turns) + 1) if i not in session.rerendered]
+    assert sample.metadata["trained_turns"] == tuple(kept)
+    trained = [
+        t
+        for t, bit in zip(sample.tokens[sample.prompt_length :], sample.loss_mask, strict=False)
+        if bit
+    ]
+    assert trained == [token for i in kept for token in session.turns[i - 1].output]
 
 
 @PROFILE
