@@ -27,6 +27,7 @@ from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.rollout import RolloutConfig, RolloutResult, run_rollout
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
+from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.trajectory import TrajectoryManager
 from agentrl.types import Outcome
 
@@ -304,25 +305,69 @@ async def test_a_sandbox_that_never_boots_is_an_infra_error(task, middleware, sc
 async def test_the_time_budget_kills_the_agent_and_cleans_up(
     task, sandboxes, middleware, scripted_engine
 ):
-    """The agent runs a command that outlives its budget: timeout; sandbox and session gone."""
-    scripted_engine.queue(tool_call("Bash", command="sleep 300", description="Wait"))
+    """The policy's second answer is slower than the budget: timeout; everything cleaned up."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.queue(DONE, delay=120)
     result = await rollout(
         task,
         sandboxes.harness("claude_code"),
         sandboxes,
         middleware,
-        config=config(agent_time_budget=12),
+        config=config(agent_time_budget=10),
     )
 
     assert result.outcome is Outcome.TIMEOUT, result.error
     assert result.agent_exit_code == -1 and not result.remove_sample
-    assert 12 <= result.timings["agent"] < 40
+    assert 10 <= result.timings["agent"] < 40 and result.turns == 1
     agent_box = sandboxes.built[0]
     assert agent_box._closed and agent_box.pid_namespace is not None
     assert processes_in_namespace(agent_box.pid_namespace) == []
     with pytest.raises(KeyError):
         middleware.session(result.session_id)
     assert not middleware.trajectory.has_session(result.session_id)
+    # The killed CLI's pending request was cancelled down to the engine.
+    await scripted_engine.wait_for(lambda: len(scripted_engine.abort_requests) >= 1, 10)
+    assert result.samples and result.grade is not None and result.grade.reward == 0.0
+
+
+async def test_an_engine_that_fails_is_an_infra_error(task, sandboxes, middleware, scripted_engine):
+    """The engine errors after the first turn and the CLI gives up: infra_error, removed."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.responder = lambda body, headers: ScriptedReply(
+        status=500, error="CUDA error: an illegal memory access was encountered"
+    )
+    harness = ClaudeCodeHarness(
+        cli_path=sandboxes.cli_paths["claude_code"],
+        extra_args=(),
+        extra_env={"CLAUDE_CODE_MAX_RETRIES": "1"},
+    )
+    result = await rollout(task, harness, sandboxes, middleware)
+
+    assert result.outcome is Outcome.INFRA_ERROR and result.remove_sample, result.error
+    assert "failed in the middleware or engine" in result.error
+    assert result.agent_exit_code not in (0, -1) and result.reward == 0.0
+    assert result.grade is not None  # graded, but the grade never reaches the trainer
+    assert all(s.reward == 0.0 for s in result.samples)
+
+
+async def test_a_grader_that_cannot_run_is_a_grader_error(
+    task, sandboxes, middleware, scripted_engine
+):
+    """The grading sandbox never boots: grader_error, samples marked for removal."""
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+
+    def agent_only(task):
+        if sandboxes.built:
+            return LocalSandbox.from_task(task, bwrap="/nonexistent/bwrap")
+        return sandboxes(task)
+
+    result = await rollout(task, sandboxes.harness("claude_code"), agent_only, middleware)
+
+    assert result.outcome is Outcome.GRADER_ERROR and result.remove_sample, result.error
+    assert result.reward == 0.0 and result.grade is not None and result.grade.error
+    assert result.diff and result.samples
+    assert all(s.reward == 0.0 and s.metadata["outcome"] == "grader_error" for s in result.samples)
 
 
 async def test_two_concurrent_rollouts_of_one_task_do_not_interfere(
