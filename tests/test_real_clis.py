@@ -92,11 +92,12 @@ def assert_one_sample_with_two_outputs(samples, served) -> None:
     assert sample.metadata["trained_turns"] == (1, 2)
 
 
+@pytest.mark.parametrize("binary", ["claude", "claude-2.1.197"])
 async def test_claude_code_writes_a_file_through_the_middleware(
-    tmp_path, middleware, scripted_engine
+    binary, tmp_path, middleware, scripted_engine
 ):
-    """Claude Code (-p, stream-json) calls Write via the middleware, then answers; exit 0."""
-    claude = cli("claude")
+    """Claude Code 2.1.332 and 2.1.197 (-p, stream-json) call Write, then answer; exit 0."""
+    claude = cli(binary)
     repo = git_repo(tmp_path)
     token = middleware.open_session("claude")
     scripted_engine.queue(
