@@ -19,7 +19,7 @@ import attrs
 
 from agentrl.rendering import IncrementalRenderer
 
-__all__ = ["SAMPLING_POLICIES", "Chain", "Session", "clone_renderer", "new_token"]
+__all__ = ["SAMPLING_POLICIES", "Chain", "Session", "new_token"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,27 +44,6 @@ class Chain:
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     tools: list[dict[str, Any]] | None = None
     last_used: int = 0
-
-
-_RENDERER_STATE = ("_text", "_ids", "_cut_chars", "_cut_ids")
-
-
-def clone_renderer(donor: IncrementalRenderer, chat_template_kwargs: Any) -> IncrementalRenderer:
-    """A new renderer that starts from ``donor``'s last prompt instead of from nothing.
-
-    Chains that share a long prefix (every session of one agent starts with the same
-    system prompt and tools) then tokenize only where they differ. Falls back to a fresh
-    renderer when the donor does not expose the expected state.
-    """
-    clone = IncrementalRenderer(
-        donor.tokenizer, tools=donor.tools, chat_template_kwargs=chat_template_kwargs
-    )
-    if all(hasattr(donor, name) for name in _RENDERER_STATE) and donor._text:
-        clone._text = donor._text
-        clone._ids = list(donor._ids)
-        clone._cut_chars = list(donor._cut_chars)
-        clone._cut_ids = list(donor._cut_ids)
-    return clone
 
 
 def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
@@ -138,7 +117,8 @@ class Session:
                 if shared > donor_len:
                     donor, donor_len = chain, shared
             if donor is not None:
-                renderer = clone_renderer(donor.renderer, chat_template_kwargs)
+                # Sessions of one agent share a long system prompt and tools: start there.
+                renderer = donor.renderer.fork(chat_template_kwargs=chat_template_kwargs)
             else:
                 renderer = IncrementalRenderer(
                     tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
