@@ -220,13 +220,14 @@ def _launch_script(state: str, cmd: str) -> str:
     q = shlex.quote(state)
     runner = (
         'd="$1"; echo $$ > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"; '
-        'sh "$d/cmd.sh" > "$d/out" 2> "$d/err" < /dev/null; rc=$?; '
+        "s=sh; command -v bash > /dev/null 2>&1 && s=bash; "
+        '$s "$d/cmd.sh" > "$d/out" 2> "$d/err" < /dev/null; rc=$?; '
         'echo "$rc" > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"'
     )
     return (
         f"mkdir -p {_STATE_ROOT} 2>/dev/null; chmod 1777 {_STATE_ROOT} 2>/dev/null\n"
-        f"mkdir {q} || {{ echo 'agentrl: this launch already ran' >&2; "
-        f"exit {_EXIT_ALREADY_LAUNCHED}; }}\n"
+        f"if ! mkdir {q}; then [ -d {q} ] || exit 1; "
+        f"echo 'agentrl: this launch already ran' >&2; exit {_EXIT_ALREADY_LAUNCHED}; fi\n"
         f"printf '%s\\n' {shlex.quote(cmd)} > {q}/cmd.sh || exit 1\n"
         f"setsid sh -c {shlex.quote(runner)} agentrl-exec {q} "
         "< /dev/null > /dev/null 2>&1 &\n"
