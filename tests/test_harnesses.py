@@ -277,8 +277,12 @@ async def test_a_missing_preinstalled_cli_says_what_to_do(sandbox):
 # -- workspace ---------------------------------------------------------------------------
 
 
-async def test_the_diff_holds_every_change_and_nothing_else(sandbox):
+@pytest.mark.parametrize("already_a_repo", [False, True])
+async def test_the_diff_holds_every_change_and_nothing_else(sandbox, already_a_repo):
     """New, binary and deleted files are in the diff; statement, harness files, caches are not."""
+    if already_a_repo:
+        init = "git init -q && git add -A && git -c user.name=a -c user.email=a@b commit -qm base"
+        assert (await sandbox.exec(init, user="root")).exit_code == 0
     task = Task(
         instance_id="t-1",
         problem_statement="Make VALUE 2.",

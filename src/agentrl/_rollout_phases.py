@@ -85,6 +85,7 @@ class State:
     error: str | None = None
     session_open: bool = False
     unrecorded_turns: int = 0
+    prepare_details: dict[str, Any] = attrs.field(factory=dict)
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -171,6 +172,12 @@ class Phases:
             sandbox = await self._boot()
         try:
             with state.timed("prepare"):
+                # The grader brings the workspace to the task's base (pre_commands and
+                # the like), exactly as it will in the grading sandbox.
+                state.prepare_details = await _guarded(
+                    "prepare the workspace for the task",
+                    asyncio.wait_for(self.grader.prepare(sandbox, task), config.prepare_timeout),
+                )
                 baseline = await _guarded(
                     "prepare the workspace",
                     prepare_workspace(
@@ -180,6 +187,7 @@ class Phases:
                         problem_file=config.problem_file,
                         timeout=config.prepare_timeout,
                         ignore=config.diff_ignore,
+                        run_pre_commands=False,
                     ),
                 )
                 token = await _guarded("open a middleware session", self._open_session())

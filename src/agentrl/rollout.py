@@ -7,7 +7,8 @@
 
 Phases (each timed in ``result.timings``): ``boot`` the agent sandbox (bounded by
 ``boot_semaphore``, retried with jittered backoff) → ``prepare`` the workspace
-(``task.pre_commands``, a baseline snapshot, ``PROBLEM_STATEMENT.md``, the agent user owns
+(the grader's ``prepare``: ``task.pre_commands`` and the like; a baseline snapshot;
+``PROBLEM_STATEMENT.md``; the agent user owns
 the workdir) and open a middleware session → ``install`` and configure the harness →
 ``agent`` (the CLI, under ``agent_time_budget``) → ``diff`` against the baseline →
 ``grade`` in a fresh sandbox (the agent's is closed first) → ``finish`` the session with

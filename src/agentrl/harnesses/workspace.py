@@ -61,17 +61,20 @@ async def prepare_workspace(
     problem_file: str = "PROBLEM_STATEMENT.md",
     timeout: float = 600.0,
     ignore: Sequence[str] = (),
+    run_pre_commands: bool = True,
 ) -> str:
     """Run ``task.pre_commands``, snapshot the baseline, write the problem statement.
 
     Returns the baseline commit id. The workdir (``.git`` included) is handed to ``user``.
-    Raises ``HarnessError`` when a pre-command fails or git is missing.
+    Raises ``HarnessError`` when a pre-command fails or git is missing. A rollout passes
+    ``run_pre_commands=False``: there the grader's ``prepare`` runs them, as it does
+    before grading.
     """
     workdir = shlex.quote(task.workdir)
     made = await sandbox.exec(f"mkdir -p {workdir}", user="root", timeout=60)
     if made.exit_code != 0:
         raise HarnessError(f"cannot create the workdir {task.workdir}: {made.stderr.strip()}")
-    for number, command in enumerate(task.pre_commands, start=1):
+    for number, command in enumerate(task.pre_commands if run_pre_commands else (), start=1):
         result = await sandbox.exec(command, user="root", workdir=task.workdir, timeout=timeout)
         if result.exit_code != 0:
             raise HarnessError(
@@ -85,7 +88,7 @@ async def prepare_workspace(
         "command -v git >/dev/null || { echo 'git is not installed in the sandbox' >&2; exit 3; }\n"
         f"{_GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1 || {_GIT} init -q\n"
         f'cd "$({_GIT} rev-parse --show-toplevel)"\n'
-        f"rm -f {_STATE}/index\n"
+        f"mkdir -p {_STATE} && rm -f {_STATE}/index\n"
         f"if {_GIT} rev-parse -q --verify HEAD >/dev/null; then {_GIT} read-tree HEAD; fi\n"
         f"{_snapshot_script((problem_file,), ignore)}\n"
         f"tree=$({_GIT} write-tree)\n"
