@@ -499,7 +499,7 @@ def test_generate_never_mutates_sampling_params(monkeypatch):
             return nothing()
 
     FakeService.ready.set_result(None)
-    monkeypatch.setattr(slime_mod, "get_service", lambda settings: FakeService())
+    monkeypatch.setattr(slime_mod, "get_service", lambda args: FakeService())
     params = {"temperature": 1.0, "stop": ["</s>"], "max_new_tokens": 100}
     args = types.SimpleNamespace(hf_checkpoint="/m", sglang_router_ip="h", sglang_router_port=1)
     out = asyncio.run(slime_mod.generate(args, _base(), params))

@@ -14,6 +14,7 @@ for the life of the process; ``shutdown_service()`` stops it (tests, clean exits
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import functools
@@ -50,6 +51,20 @@ SGLANG_REASONING_PARSERS: dict[str, str] = {
 }
 
 
+def router_url(args: Any) -> str:
+    """The SGLang router's base URL from slime's ``sglang_router_ip`` / ``sglang_router_port``."""
+    ip = getattr(args, "sglang_router_ip", None)
+    port = getattr(args, "sglang_router_port", None)
+    if not ip or not port:
+        raise SlimeConfigError(
+            f"args.sglang_router_ip={ip!r} / args.sglang_router_port={port!r}: the SGLang "
+            "router address is unknown; agentrl.slime.generate must run inside slime's "
+            "rollout manager, which sets both once the router is up"
+        )
+    host = f"[{ip}]" if ":" in str(ip) and not str(ip).startswith("[") else str(ip)
+    return f"http://{host}:{int(port)}"
+
+
 @attrs.frozen(kw_only=True)
 class ServiceSettings:
     """What the service is built from: slime's ``args`` and the agentrl environment."""
@@ -70,18 +85,10 @@ class ServiceSettings:
                 "args.hf_checkpoint is not set; pass --hf-checkpoint with the served model's "
                 "Hugging Face directory (its tokenizer and chat template render the prompts)"
             )
-        ip = getattr(args, "sglang_router_ip", None)
-        port = getattr(args, "sglang_router_port", None)
-        if not ip or not port:
-            raise SlimeConfigError(
-                f"args.sglang_router_ip={ip!r} / args.sglang_router_port={port!r}: the SGLang "
-                "router address is unknown; agentrl.slime.generate must run inside slime's "
-                "rollout manager, which sets both once the router is up"
-            )
-        host = f"[{ip}]" if ":" in str(ip) and not str(ip).startswith("[") else str(ip)
+        url = router_url(args)
         return cls(
             hf_checkpoint=str(hf_checkpoint),
-            sglang_url=f"http://{host}:{int(port)}",
+            sglang_url=url,
             max_context_tokens=int(getattr(args, "rollout_max_context_len", 0) or 0),
             tool_parser=getattr(args, "sglang_tool_call_parser", None) or None,
             reasoning_parser=getattr(args, "sglang_reasoning_parser", None) or None,
@@ -226,7 +233,8 @@ class Service:
             **where,
             **c.rollout_kwargs(),
         )
-        plugins.get_registry().pm.register(_AbortWatcher(self), name=f"agentrl.slime-{id(self)}")
+        self._watcher = _AbortWatcher(self)
+        self._watch_engine_aborts()
         logger.info(
             "agentrl slime service up: harness=%s sandbox=%s grader=%s/%s engine=%s "
             "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d",
@@ -252,13 +260,22 @@ class Service:
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.aclose()
-        with contextlib.suppress(Exception):
-            from agentrl import plugins
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            with contextlib.suppress(Exception):
+                from agentrl import plugins
 
-            registry = plugins.get_registry()
-            plugin = registry.pm.get_plugin(f"agentrl.slime-{id(self)}")
-            if plugin is not None:
-                registry.pm.unregister(plugin)
+                pm = plugins.get_registry().pm
+                if pm.is_registered(watcher):
+                    pm.unregister(watcher)
+
+    def _watch_engine_aborts(self) -> None:
+        """Register the abort watcher with the current plugin registry (once per registry)."""
+        from agentrl import plugins
+
+        pm = plugins.get_registry().pm
+        if not pm.is_registered(self._watcher):
+            pm.register(self._watcher, name=f"agentrl.slime-abort-watch-{id(self)}")
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the loop after closing the middleware and engine; wait for the thread."""
@@ -313,6 +330,7 @@ class Service:
         """Parse the row, run the rollout end to end, decode the responses for logging."""
         from agentrl.rollout import run_rollout
 
+        self._watch_engine_aborts()
         grader = self.graders[evaluation]
         try:
             task = grader.parse_task(row)
@@ -372,25 +390,37 @@ _service: Service | None = None
 _service_lock = threading.Lock()
 
 
-def get_service(
-    settings: ServiceSettings, factory: Callable[[ServiceSettings], Service] = Service
-) -> Service:
-    """The process's service, started on first use; later calls must agree on the engine."""
+def get_service(args: Any, factory: Callable[[ServiceSettings], Service] = Service) -> Service:
+    """The process's service, started on the first call (the only time the environment is
+    read); later calls must name the same model and router."""
     global _service
     with _service_lock:
         if _service is None:
+            settings = ServiceSettings.from_args(args, SlimeConfig.from_env())
             _service = factory(settings)
-        elif (_service.settings.sglang_url, _service.settings.hf_checkpoint) != (
-            settings.sglang_url,
-            settings.hf_checkpoint,
-        ):
+            _register_exit_hook()
+            return _service
+        running = _service.settings
+        model = getattr(args, "hf_checkpoint", None)
+        url = router_url(args)
+        if (str(model), url) != (running.hf_checkpoint, running.sglang_url):
             raise SlimeConfigError(
                 "agentrl.slime.generate was called with a different model or router "
-                f"({settings.hf_checkpoint} at {settings.sglang_url}) than this process's "
-                f"running service ({_service.settings.hf_checkpoint} at "
-                f"{_service.settings.sglang_url}); one process serves one model"
+                f"({model} at {url}) than this process's running service "
+                f"({running.hf_checkpoint} at {running.sglang_url}); one process serves one model"
             )
         return _service
+
+
+_exit_hook_registered = False
+
+
+def _register_exit_hook() -> None:
+    # Close sandboxes and the middleware when slime's rollout manager exits.
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        atexit.register(shutdown_service)
+        _exit_hook_registered = True
 
 
 def shutdown_service(timeout: float = 30.0) -> None:

@@ -33,12 +33,7 @@ from agentrl._slime_samples import (
     task_row,
     to_slime_samples,
 )
-from agentrl._slime_service import (
-    RolloutOutput,
-    ServiceSettings,
-    get_service,
-    shutdown_service,
-)
+from agentrl._slime_service import RolloutOutput, get_service, shutdown_service
 
 __all__ = [
     "ENV_VARS",
@@ -94,8 +89,7 @@ async def generate(args: Any, sample: Any, sampling_params: dict, evaluation: bo
     ``sampling_params`` is copied, never changed. Misconfiguration raises
     ``SlimeConfigError`` naming what to set.
     """
-    settings = ServiceSettings.from_args(args, SlimeConfig.from_env())
-    service = get_service(settings)
+    service = get_service(args)
     await asyncio.wrap_future(service.ready)
     config = service.config
     instance_hint = _instance_hint(sample)
