@@ -47,6 +47,15 @@ def plugins(as_json: bool) -> None:
     Console().print(table)
 
 
+def _add_builtin_commands() -> None:
+    from agentrl.rollout_cli import rollout_command
+
+    cli.add_command(rollout_command)
+
+
+_add_builtin_commands()
+
+
 def _load_plugin_commands() -> None:
     get_registry().hook.register_commands(cli=cli)
 

@@ -1,0 +1,194 @@
+"""``agentrl rollout``: many rollouts from task files, with progress, resumable outputs and a summary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from agentrl.runner import Runner, RunSummary
+
+__all__ = ["print_summary", "rollout_command", "run_with_progress"]
+
+
+def _json_option(value: str | None, name: str) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("expected a JSON object", param_hint=name)
+    return parsed
+
+
+def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: bool) -> None:
+    """The end-of-run table: solve rate, outcome counts, turns, tokens, time per phase."""
+    from rich.console import Console
+    from rich.table import Table
+
+    data = summary.to_dict()
+    table = Table(title=f"agentrl {'evaluation' if evaluation else 'rollout'} summary")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def fmt(value: Any, spec: str = ".2f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    table.add_row("rollouts this run", str(data["rollouts"]))
+    table.add_row("already done (resumed)", str(data["skipped_already_done"]))
+    table.add_row("solved", str(data["solved"]))
+    table.add_row("solve rate (graded rollouts)", fmt(data["solve_rate"], ".1%"))
+    table.add_row("mean reward", fmt(data["mean_reward"], ".3f"))
+    for outcome, count in data["outcomes"].items():
+        table.add_row(f"outcome: {outcome}", str(count))
+    table.add_row("turns per rollout", fmt(data["mean_turns"], ".1f"))
+    table.add_row("sampled tokens per rollout", fmt(data["mean_sampled_tokens"], ".0f"))
+    for phase, seconds in data["mean_seconds_per_phase"].items():
+        table.add_row(f"seconds: {phase}", fmt(seconds, ".1f"))
+    console = Console()
+    console.print(table)
+    console.print(f"outputs in {out_dir}/ (rollouts.jsonl, samples.jsonl, summary.json)")
+
+
+async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
+    """Run the jobs under a live progress line (done / running / solved / failed, tokens/s)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[bold]rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        bar = progress.add_task("rollouts", total=len(jobs), stats="")
+
+        def update(summary: RunSummary) -> None:
+            progress.update(
+                bar,
+                completed=summary.done,
+                stats=(
+                    f"running {summary.running} · solved {summary.solved} · "
+                    f"failed {summary.failed} · {summary.tokens_per_second:.0f} tok/s"
+                ),
+            )
+
+        return await runner.run(jobs, on_update=update)
+
+
+@click.command("rollout")
+@click.argument("tasks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--harness", default="claude_code", show_default=True, help="Agent harness plugin.")
+@click.option("--sandbox", default="local", show_default=True, help="Sandbox plugin.")
+@click.option(
+    "--grader",
+    default=None,
+    help="Grader plugin, or 'auto' to pick per row [default: AGENTRL_TRAIN_PROTOCOL / "
+    "AGENTRL_EVAL_PROTOCOL, else scaleswe].",
+)
+@click.option("--engine", default="sglang", show_default=True, help="Engine plugin.")
+@click.option("--engine-url", help="SGLang (router) URL, for --engine sglang.")
+@click.option("--model-path", type=click.Path(file_okay=False), help="Local model directory.")
+@click.option("--tokenizer", type=click.Path(file_okay=False), help="Local tokenizer directory.")
+@click.option("--tool-parser", default="hermes", show_default=True, help="Tool-call parser.")
+@click.option("--reasoning-parser", default=None, help="Reasoning parser (e.g. qwen3).")
+@click.option("-n", "--samples-per-task", default=1, show_default=True, type=click.IntRange(1))
+@click.option("-c", "--concurrency", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--out", default="runs/rollout", show_default=True, type=click.Path(file_okay=False))
+@click.option("--eval", "evaluation", is_flag=True, help="Evaluate: rewards only, no samples.")
+@click.option("--agent-time-budget", default=1800.0, show_default=True, type=float)
+@click.option("--eval-timeout", default=600.0, show_default=True, type=float)
+@click.option("--max-context-tokens", default=0, show_default=True, type=int)
+@click.option("--temperature", default=None, type=float, help="Sampling temperature.")
+@click.option("--max-new-tokens", default=None, type=int, help="Per-turn generation cap.")
+@click.option(
+    "--cli-dir",
+    type=click.Path(file_okay=False),
+    help="Host install of the agent CLIs (bin/claude, bin/codex) the local sandbox binds "
+    "read-only [default: .cache/clis when it exists].",
+)
+@click.option("--public-host", help="Address sandboxes dial to reach the middleware (non-local).")
+@click.option("--sandbox-options", help="JSON object passed to the sandbox backend.")
+@click.option("--harness-options", help="JSON object passed to the harness.")
+def rollout_command(**kw: Any) -> None:
+    """Run agents on TASKS (JSONL rows) and write graded, token-exact samples.
+
+    Re-running the same command with the same --out resumes: finished rollouts are not
+    redone. Ctrl-C stops cleanly, killing sandboxes and closing sessions.
+    """
+    from agentrl.graders.tasks import TaskLoadError, load_tasks, select_protocol
+    from agentrl.stack import Stack, StackError, StackOptions
+
+    evaluation = kw["evaluation"]
+    grader = kw["grader"] or select_protocol(None, evaluation=evaluation)
+    try:
+        tasks = [
+            row.task
+            for path in kw["tasks"]
+            for row in load_tasks(path, protocol=grader, evaluation=evaluation)
+        ]
+    except (TaskLoadError, LookupError) as exc:
+        raise click.ClickException(str(exc)) from None
+    cli_dir = kw["cli_dir"]
+    if cli_dir is None and pathlib.Path(".cache/clis/bin").is_dir():
+        cli_dir = ".cache/clis"
+    sampling = {}
+    if kw["temperature"] is not None:
+        sampling["temperature"] = kw["temperature"]
+    if kw["max_new_tokens"] is not None:
+        sampling["max_new_tokens"] = kw["max_new_tokens"]
+    try:
+        options = StackOptions(
+            harness=kw["harness"],
+            sandbox=kw["sandbox"],
+            grader=grader,
+            engine=kw["engine"],
+            engine_url=kw["engine_url"],
+            model_path=kw["model_path"],
+            tokenizer=kw["tokenizer"],
+            tool_parser=kw["tool_parser"] or None,
+            reasoning_parser=kw["reasoning_parser"],
+            cli_dir=cli_dir,
+            public_host=kw["public_host"],
+            sandbox_options=_json_option(kw["sandbox_options"], "--sandbox-options"),
+            harness_options=_json_option(kw["harness_options"], "--harness-options"),
+            sampling=sampling,
+            max_context_tokens=kw["max_context_tokens"],
+            boot_concurrency=kw["concurrency"],
+            rollout={
+                "agent_time_budget": kw["agent_time_budget"],
+                "eval_timeout": kw["eval_timeout"],
+            },
+        )
+        options.check()
+    except StackError as exc:
+        raise click.UsageError(str(exc)) from None
+    out = pathlib.Path(kw["out"])
+    try:
+        summary = asyncio.run(
+            _run(Stack, options, tasks, out, kw["samples_per_task"], kw["concurrency"], evaluation)
+        )
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the run: rollouts cleaned up their sandboxes and sessions.
+        click.echo(
+            f"interrupted: finished rollouts are kept in {out}/; re-run the same command to resume",
+            err=True,
+        )
+        sys.exit(130)
+    print_summary(summary, out, evaluation=evaluation)
+
+
+async def _run(stack_cls, options, tasks, out, samples_per_task, concurrency, evaluation):
+    async with stack_cls(options) as stack:
+        runner = Runner(
+            stack.rollout, out, concurrency=concurrency, evaluation=evaluation, decode=stack.decode
+        )
+        return await run_with_progress(runner, runner.plan(tasks, samples_per_task))

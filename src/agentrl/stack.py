@@ -1,0 +1,234 @@
+"""Wire the layers into one rollout stack: engine, tokenizer, middleware, harness, grader, sandboxes.
+
+``agentrl rollout`` and ``agentrl demo`` build a ``Stack`` from ``StackOptions`` and call
+``stack.rollout(task, index)`` for every job; the runner does the rest. Everything is looked
+up through the plugin registry, so plugin engines, sandboxes, harnesses and graders work here
+unchanged.
+
+How the agent inside a sandbox reaches the middleware:
+
+* ``local`` sandbox: the middleware listens on a unix socket, which is bound into every
+  sandbox and relayed to ``127.0.0.1:sandbox_port`` inside (no network at all otherwise).
+* any other sandbox: the middleware listens on TCP at ``bind_host:port`` and the agent dials
+  ``public_host`` (which must be routable from the sandbox) at that port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import tempfile
+import urllib.parse
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from agentrl import plugins
+from agentrl.types import Task
+
+__all__ = ["Stack", "StackError", "StackOptions", "merge_sandbox_options"]
+
+logger = logging.getLogger(__name__)
+
+#: Where the local sandbox relays the middleware's unix socket inside the sandbox.
+DEFAULT_SANDBOX_PORT = 18001
+
+
+class StackError(ValueError):
+    """The requested combination cannot be built; the message says what to change."""
+
+
+def merge_sandbox_options(*parts: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge sandbox option dicts; mapping-valued options (binds, env, services) are unioned."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+    return merged
+
+
+@attrs.frozen(kw_only=True)
+class StackOptions:
+    """Everything ``agentrl rollout`` can be told; defaults are the embedded local setup."""
+
+    harness: str = "claude_code"
+    sandbox: str = "local"
+    grader: str = "scaleswe"
+    engine: str = "sglang"
+    engine_url: str | None = None
+    model_path: str | None = None
+    tokenizer: str | None = None
+    tool_parser: str | None = "hermes"
+    reasoning_parser: str | None = None
+    engine_options: dict[str, Any] = attrs.field(factory=dict)
+    #: A host directory holding bin/claude and bin/codex (scripts/install-clis.sh).
+    cli_dir: str | None = None
+    harness_options: dict[str, Any] = attrs.field(factory=dict)
+    sandbox_options: dict[str, Any] = attrs.field(factory=dict)
+    #: local sandbox, image-less tasks: bind this machine's Python (with pytest) in read-only.
+    host_python: bool = True
+    bind_host: str = "127.0.0.1"
+    port: int = 0
+    public_host: str | None = None
+    sandbox_port: int = DEFAULT_SANDBOX_PORT
+    sampling: dict[str, Any] = attrs.field(factory=dict)
+    max_context_tokens: int = 0
+    fork_threshold_tokens: int = 1024
+    reward_split: str = "full"
+    boot_concurrency: int = 4
+    rollout: dict[str, Any] = attrs.field(factory=dict)
+
+    def check(self) -> None:
+        """Fail early, before anything starts, on combinations that cannot work."""
+        if self.engine == "sglang" and not self.engine_url:
+            raise StackError("--engine sglang needs --engine-url (the SGLang router's URL)")
+        if self.engine == "transformers" and not self.model_path:
+            raise StackError("--engine transformers needs --model-path (a local model directory)")
+        if not (self.tokenizer or self.model_path):
+            raise StackError("pass --tokenizer PATH (a local tokenizer directory)")
+        if self.sandbox != "local" and not self.public_host:
+            raise StackError(
+                f"the {self.sandbox!r} sandbox reaches the middleware over the network: pass "
+                "--public-host, an address of this machine the sandboxes can route to"
+            )
+
+
+class Stack:
+    """The long-lived parts of many rollouts, built once and shared."""
+
+    def __init__(self, options: StackOptions) -> None:
+        options.check()
+        self.options = options
+        self.engine: Any = None
+        self.middleware: Any = None
+        self.tokenizer: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    async def __aenter__(self) -> Stack:
+        try:
+            await self._start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _start(self) -> None:
+        from agentrl.adapters.base import Middleware
+        from agentrl.rollout import RolloutConfig
+        from agentrl.tokenizers import load_tokenizer
+        from agentrl.trajectory import TrajectoryManager
+
+        o = self.options
+        harness_cls = plugins.get_harness(o.harness)
+        self.grader = plugins.get_grader(o.grader)() if o.grader != "auto" else None
+        sandbox_cls = plugins.get_sandbox(o.sandbox)
+        engine_cls = plugins.get_engine(o.engine)
+        tool_parser = plugins.get_tool_parser(o.tool_parser) if o.tool_parser else None
+        reasoning_parser = (
+            plugins.get_reasoning_parser(o.reasoning_parser) if o.reasoning_parser else None
+        )
+
+        self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
+        if o.engine == "sglang":
+            self.engine = engine_cls(o.engine_url, **o.engine_options)
+        elif o.engine == "transformers":
+            self.engine = engine_cls(o.model_path, **o.engine_options)
+        else:
+            self.engine = engine_cls(**o.engine_options)
+        self.middleware = Middleware(
+            engine=self.engine,
+            tokenizer=self.tokenizer,
+            tool_parser=tool_parser,
+            reasoning_parser=reasoning_parser,
+            trajectory=TrajectoryManager(
+                fork_threshold_tokens=o.fork_threshold_tokens, reward_split=o.reward_split
+            ),
+        )
+
+        harness_options = dict(o.harness_options)
+        sandbox_options: dict[str, Any] = {}
+        if o.sandbox == "local":
+            self._tmp = tempfile.TemporaryDirectory(prefix="agentrl-mw-")
+            unix_path = str(pathlib.Path(self._tmp.name) / "middleware.sock")
+            await self.middleware.start(host=None, unix_path=unix_path)
+            sandbox_options["services"] = {o.sandbox_port: unix_path}
+            where = {"middleware_host": "127.0.0.1", "middleware_port": o.sandbox_port}
+            if o.cli_dir and "cli_path" not in harness_options:
+                binds, cli_path = harness_cls.host_install(o.cli_dir)
+                sandbox_options["ro_binds"] = binds
+                harness_options["cli_path"] = cli_path
+        else:
+            await self.middleware.start(host=o.bind_host, port=o.port)
+            port = urllib.parse.urlsplit(self.middleware.url).port
+            where = {"middleware_host": o.public_host, "middleware_port": port}
+        self.sandbox_options = merge_sandbox_options(sandbox_options, o.sandbox_options)
+        self._sandbox_cls = sandbox_cls
+        self.harness = harness_cls(**harness_options)
+        self.boot_semaphore = asyncio.Semaphore(o.boot_concurrency)
+        self.rollout_config = RolloutConfig(
+            max_context_tokens=o.max_context_tokens,
+            max_sample_tokens=o.max_context_tokens,
+            **where,
+            **o.rollout,
+        )
+        logger.info(
+            "stack up: harness=%s sandbox=%s grader=%s engine=%s middleware=%s",
+            o.harness,
+            o.sandbox,
+            o.grader,
+            o.engine,
+            self.middleware.url or self.middleware.unix_path,
+        )
+
+    def sandbox_factory(self, task: Task) -> Any:
+        """A fresh, unstarted sandbox for ``task`` (agent and grading sandboxes alike)."""
+        options = self.sandbox_options
+        if self.options.sandbox == "local" and self.options.host_python and task.image is None:
+            from agentrl.graders.check import host_python_options
+
+            options = merge_sandbox_options(host_python_options(), options)
+        return self._sandbox_cls.from_task(task, **options)
+
+    def grader_for(self, task: Task) -> Any:
+        if self.grader is not None:
+            return self.grader
+        return plugins.get_grader(task.protocol)()
+
+    async def rollout(self, task: Task, index: int) -> Any:
+        """Run one rollout of ``task`` end to end."""
+        from agentrl.rollout import run_rollout
+
+        return await run_rollout(
+            task,
+            harness=self.harness,
+            grader=self.grader_for(task),
+            sandbox_factory=self.sandbox_factory,
+            middleware=self.middleware,
+            config=self.rollout_config,
+            sampling_params=dict(self.options.sampling),
+            session_id=f"{task.instance_id}-{index}-{uuid.uuid4().hex[:8]}",
+            boot_semaphore=self.boot_semaphore,
+        )
+
+    def decode(self, ids: Any) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    async def aclose(self) -> None:
+        if self.middleware is not None:
+            await self.middleware.close()
+            self.middleware = None
+        if self.engine is not None:
+            await self.engine.aclose()
+            self.engine = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

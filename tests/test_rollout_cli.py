@@ -1,0 +1,131 @@
+"""`agentrl rollout` end to end: the real CLIs solve an example task through the whole stack.
+
+The model is the scripted SGLang engine (the test double for a GPU server, speaking SGLang's
+HTTP protocol), serving replies in the ``hermes`` tool-call format that name each CLI's real
+tools. Everything else is real: the command line, the runner, the middleware, the Qwen3
+tokenizer, bubblewrap, the CLIs from npm, git and the scaleswe grader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_rollout import CLI_DIR, claude_solution, codex_solution
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
+
+
+def _one_task_file(tmp_path: Path, instance_id: str) -> Path:
+    """A JSONL file with one example row, its host paths made absolute."""
+    for line in TASKS.read_text().splitlines():
+        row = json.loads(line)
+        if row["metadata"]["instance_id"] == instance_id:
+            meta = row["metadata"]
+            for key in ("repo", "gold_patch_path"):
+                if meta.get(key):
+                    meta[key] = str(TASKS.parent / meta[key])
+            path = tmp_path / "task.jsonl"
+            path.write_text(json.dumps(row) + "\n")
+            return path
+    raise AssertionError(f"{instance_id} not in {TASKS}")
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text()
+
+
+async def _agentrl(*args: str, cwd: Path) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        *args,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 600)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _args(task_file, out, engine_url, tokenizer_dir, harness):
+    return (
+        "rollout",
+        str(task_file),
+        "--harness",
+        harness,
+        "--engine-url",
+        engine_url,
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--cli-dir",
+        str(CLI_DIR),
+        "--out",
+        str(out),
+        "--agent-time-budget",
+        "240",
+        "--eval-timeout",
+        "180",
+    )
+
+
+@pytest.mark.parametrize(
+    ("harness", "solution"), [("claude_code", claude_solution), ("codex", codex_solution)]
+)
+async def test_rollout_command_solves_a_task(
+    harness, solution, tmp_path, scripted_engine, qwen_tokenizer_dir
+):
+    """The command runs the CLI in a sandbox, grades 1.0, writes samples, and resumes."""
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+    for reply in solution():
+        scripted_engine.queue(reply)
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    out = tmp_path / "out"
+    args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, harness)
+
+    code, stdout, stderr = await _agentrl(*args, cwd=tmp_path)
+    assert code == 0, stderr[-3000:]
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in rollouts] == ["solved"], rollouts
+    assert rollouts[0]["reward"] == 1.0 and rollouts[0]["remove_sample"] is False
+    diff, agent_log = _read(rollouts[0]["diff_path"]), _read(rollouts[0]["agent_log_path"])
+    assert "text.split()" in diff and agent_log.strip()
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 1
+    sample = samples[0]
+    assert len(sample["loss_mask"]) == len(sample["rollout_logprobs"]) == sample["response_length"]
+    assert sample["response_length"] == len(sample["tokens"]) - sample["prompt_length"]
+    trained = sum(sample["loss_mask"])
+    sampled = sum(len(s.output_ids) for s in scripted_engine.served)
+    assert trained == sampled > 0
+    assert "solve rate" in stdout and "100.0%" in stdout
+
+    served_before = len(scripted_engine.served)
+    code, stdout, stderr = await _agentrl(*args, cwd=tmp_path)
+    assert code == 0, stderr[-3000:]
+    assert len(scripted_engine.served) == served_before, "a finished rollout was redone"
+    assert "already done (resumed)" in stdout
+
+
+async def test_rollout_command_rejects_bad_configuration(tmp_path):
+    """Missing engine URL, unknown harness and unreadable task files are clear usage errors."""
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    code, _, stderr = await _agentrl("rollout", str(task_file), "--tokenizer", ".", cwd=tmp_path)
+    assert code == 2 and "--engine sglang needs --engine-url" in stderr
+    code, _, stderr = await _agentrl("rollout", str(tmp_path / "nope.jsonl"), cwd=tmp_path)
+    assert code == 2 and "does not exist" in stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    code, _, stderr = await _agentrl(
+        "rollout", str(bad), "--engine-url", "http://127.0.0.1:9", "--tokenizer", ".", cwd=tmp_path
+    )
+    assert code == 1 and "bad.jsonl:1" in stderr and "Traceback" not in stderr
