@@ -152,7 +152,13 @@ class Limits:
             time.sleep(0.02)
 
     def remove(self) -> None:
+        """Remove the cgroups; any that is still busy stays in ``dirs``."""
+        left = []
         for d in reversed(self.dirs):
-            with contextlib.suppress(OSError):
+            try:
                 d.rmdir()
-        self.dirs = []
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(d)
+        self.dirs = left[::-1]

@@ -16,7 +16,7 @@ SERVICES = "/.agentrl/services"
 
 INIT_SH = r"""
 C=/.agentrl/ctl
-fail() { printf '%s\n' "$*" > "$C/ready.tmp"; mv "$C/ready.tmp" "$C/ready"; exit 1; }
+fail() { printf '%s\n' "$*" > "$C/ready.tmp"; mv "$C/ready.tmp" "$C/ready"; echo ready > "$C/done"; exit 1; }
 for t in setsid mv; do
   command -v $t >/dev/null 2>&1 || fail "error: the sandbox root has no '$t'; the local sandbox needs sh, setsid and mv (util-linux, coreutils) in the image"
 done
@@ -34,6 +34,7 @@ done
 unset AGENTRL_SERVICE_PORTS
 exec 3<> "$C/queue"
 echo ready > "$C/ready.tmp" && mv "$C/ready.tmp" "$C/ready"
+echo ready > "$C/done"
 while IFS= read -r line <&3; do
   case "$line" in
     run\ *) id=${line#run }
@@ -63,4 +64,5 @@ setsid $wrap sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err" 
 echo $! > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"
 wait $!
 echo $? > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
+echo "$1" > /.agentrl/ctl/done
 """

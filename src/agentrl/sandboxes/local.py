@@ -111,6 +111,11 @@ class LocalSandbox(Sandbox):
         self.workspace_mode = ""
         self._proc: asyncio.subprocess.Process | None = None
         self._queue_fd: int | None = None
+        self._sandbox_init: int | None = None
+        self._done_fd: int | None = None
+        self._done: dict[str, asyncio.Event] = {}
+        self._done_buffer = b""
+        self._reader_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     @classmethod
@@ -154,6 +159,9 @@ class LocalSandbox(Sandbox):
         for sub in ("ctl/req", "ctl/xfer", "bin"):
             (self.state / sub).mkdir(parents=True)
         os.mkfifo(self.state / "ctl" / "queue", 0o600)
+        os.mkfifo(self.state / "ctl" / "done", 0o600)
+        # Held open (read and write) for the sandbox's life, so the spawner never blocks on it.
+        self._done_fd = os.open(self.state / "ctl" / "done", os.O_RDWR | os.O_NONBLOCK)
         (self.state / "bin" / "init.sh").write_text(INIT_SH)
         (self.state / "bin" / "run.sh").write_text(RUN_SH)
         mask = self.state / "masked"
@@ -283,7 +291,11 @@ class LocalSandbox(Sandbox):
         assert self.state is not None and self._proc is not None
         ready = self.state / "ctl" / "ready"
         deadline = time.monotonic() + self.startup_timeout
-        delay = 0.002
+        loop = asyncio.get_running_loop()
+        assert self._done_fd is not None
+        loop.add_reader(self._done_fd, self._on_done_readable)
+        self._reader_loop = loop
+        woken = self._done.setdefault("ready", asyncio.Event())
         while not ready.exists():
             if self._proc.returncode is not None:
                 raise SandboxError(f"the local sandbox failed to start: {self._log_tail()}")
@@ -292,13 +304,16 @@ class LocalSandbox(Sandbox):
                     f"the local sandbox did not start within {self.startup_timeout}s: "
                     f"{self._log_tail()}"
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(woken.wait(), 0.05)
+        self._done.pop("ready", None)
         status = ready.read_text().strip()
         if status != "ready":
             raise SandboxError(f"the local sandbox failed to start: {status}")
         with contextlib.suppress(OSError, ValueError):
-            self.pid_namespace = json.loads((self.state / "info.json").read_text())["pid-namespace"]
+            info = json.loads((self.state / "info.json").read_text())
+            self.pid_namespace = info["pid-namespace"]
+            self._sandbox_init = info["child-pid"]
         self._queue_fd = os.open(self.state / "ctl" / "queue", os.O_WRONLY | os.O_NONBLOCK)
 
     def _log_tail(self) -> str:
@@ -319,24 +334,42 @@ class LocalSandbox(Sandbox):
             return
         self._closed = True
         try:
-            await asyncio.shield(asyncio.to_thread(self._teardown_sync))
-            if self._proc is not None and self._proc.returncode is None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._proc.wait(), 10)
+            await asyncio.shield(self._teardown())
         except Exception:
             logger.exception("local sandbox teardown failed")
         finally:
             if self.state is not None:
                 await asyncio.to_thread(shutil.rmtree, self.state, True)
 
-    def _teardown_sync(self) -> None:
+    async def _teardown(self) -> None:
         if self._queue_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._queue_fd)
             self._queue_fd = None
-        if self._proc is not None and self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
+        if self._done_fd is not None:
+            if self._reader_loop is not None:
+                self._reader_loop.remove_reader(self._done_fd)
+            with contextlib.suppress(OSError):
+                os.close(self._done_fd)
+            self._done_fd = None
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            # Killing the sandbox's pid 1 takes every process in it down; bubblewrap's outer
+            # process then reaps it and exits, so nothing is left orphaned or a zombie.
+            if self._sandbox_init is not None:
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{self._sandbox_init}/ns/pid").st_ino == self.pid_namespace:
+                        os.kill(self._sandbox_init, signal.SIGKILL)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 2)
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 10)
+        await asyncio.to_thread(self._reap_leftovers)
+
+    def _reap_leftovers(self) -> None:
         survivors = self._kill_namespace()
         if self.limits is not None:
             survivors += self.limits.kill_all()
@@ -447,25 +480,46 @@ class LocalSandbox(Sandbox):
         return check_result(cmd, result, check)
 
     async def _wait_rc(self, req: pathlib.Path, timeout: float) -> int | None:
+        """The command's exit code, or None after ``timeout``; woken by the done FIFO."""
         rc_file = req / "rc"
         deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            try:
-                text = rc_file.read_text()
-            except FileNotFoundError:
-                text = ""
-            if text.endswith("\n") and text.strip().lstrip("-").isdigit():
-                return int(text)
-            if self._proc is None or self._proc.returncode is not None:
-                raise SandboxGoneError(
-                    f"the local sandbox died while a command was running: {self._log_tail()}"
-                )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, 0.02)
+        done = self._done.setdefault(req.name, asyncio.Event())
+        try:
+            while True:
+                try:
+                    text = rc_file.read_text()
+                except FileNotFoundError:
+                    text = ""
+                if text.endswith("\n") and text.strip().lstrip("-").isdigit():
+                    return int(text)
+                if self._proc is None or self._proc.returncode is not None:
+                    raise SandboxGoneError(
+                        f"the local sandbox died while a command was running: {self._log_tail()}"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                # The notification is the fast path; the short timeout notices a dead sandbox.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(done.wait(), min(0.1, remaining))
+                done.clear()
+        finally:
+            self._done.pop(req.name, None)
+
+    def _on_done_readable(self) -> None:
+        assert self._done_fd is not None
+        try:
+            data = os.read(self._done_fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        self._done_buffer += data
+        *lines, self._done_buffer = self._done_buffer.split(b"\n")
+        for line in lines:
+            event = self._done.get(line.decode(errors="replace").strip())
+            if event is not None:
+                event.set()
 
     # -- files -----------------------------------------------------------------------------
     async def write_file(
@@ -548,12 +602,16 @@ def _stage(content: str | bytes | pathlib.Path, target: pathlib.Path) -> None:
 
 
 def processes_in_namespace(pid_namespace: int) -> list[int]:
-    """Host pids of the processes whose pid namespace has inode ``pid_namespace``."""
+    """Host pids of the live (not zombie) processes in the pid namespace ``pid_namespace``."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        with contextlib.suppress(OSError):
-            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino == pid_namespace:
+        with contextlib.suppress(OSError, IndexError):
+            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino != pid_namespace:
+                continue
+            with open(f"/proc/{entry.name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state not in ("Z", "X"):
                 found.append(int(entry.name))
     return found
