@@ -231,7 +231,8 @@ async def test_solved_rollout_passes_slime_checks(slime_env, qwen_tokenizer, qwe
             if mask:
                 trained += 1
                 assert logprob in sampled[token]
-    assert trained >= sum(len(g.output_ids) for g in engine.served) // 2
+    # ... and every token it sampled is trained exactly once.
+    assert trained == sum(len(g.output_ids) for g in engine.served)
     # Every engine call carried the session's routing key.
     assert {g.routing_key for g in engine.served} == {"slime-session-3"}
     assert "fix" in " ".join(s.response for s in out).lower()
@@ -259,6 +260,9 @@ async def test_subagent_fan_out_shares_rollout_id(slime_env, qwen_tokenizer, qwe
         assert {s.rollout_id for s in out} == {rid}
         assert [s.metadata["branch_index"] for s in out] == list(range(len(out)))
         assert all(s.reward == 1.0 for s in out)
+    # Main agent and sub-agent chains together train every sampled token exactly once.
+    trained = sum(sum(s.loss_mask) for s in (*first, *second))
+    assert trained == sum(len(g.output_ids) for g in engine.served)
     flat, data = checks.train_pipeline(
         args, [[first, second]], post_process=slime_mod.reward_post_process
     )
