@@ -233,7 +233,7 @@ def test_fan_out_samples_share_rollout_id_and_keep_indices():
     base = _base()
     chains = [
         _ts([10, 11], [20, 21, 22], [1, 1, 0], truncated=False),
-        _ts([10, 12], [30], [1], truncated=False),
+        _ts([10, 12], [30], [1], truncated=False, turns=1),
         _ts([10], [40, 41], [0, 1], truncated=True),
     ]
     out = to_slime_samples(
@@ -255,6 +255,7 @@ def test_fan_out_samples_share_rollout_id_and_keep_indices():
     meta = out[1].metadata
     assert meta["outcome"] == "solved" and meta["instance_id"] == "repo__issue-1"
     assert meta["branch_index"] == 1 and meta["num_branches"] == 3
+    assert meta["turns"] == 1 and meta["rollout_turns"] == 3  # chain's vs rollout's
     assert meta["agent_exit_code"] == 0 and meta["timings"] == {"agent": 1.5}
     assert meta["source_name"] == "swe"  # the dataset's metadata is kept
     # Nothing is shared between siblings or with the incoming sample.

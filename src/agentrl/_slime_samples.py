@@ -36,7 +36,7 @@ AGENTRL_METADATA_KEYS = (
     "grading_solved",
     "agent_exit_code",
     "session_id",
-    "turns",
+    "rollout_turns",
     "sampled_tokens",
     "timings",
     "branch_index",
@@ -175,7 +175,7 @@ def result_metadata(result: Any, *, session_id: str | None = None) -> dict[str, 
         "grading_solved": bool(getattr(grade, "solved", outcome == "solved")),
         "agent_exit_code": result.agent_exit_code,
         "session_id": session_id or getattr(result, "session_id", None),
-        "turns": int(getattr(result, "turns", 0) or 0),
+        "rollout_turns": int(getattr(result, "turns", 0) or 0),
         "sampled_tokens": int(getattr(result, "sampled_tokens", 0) or 0),
         "timings": {str(k): float(v) for k, v in (getattr(result, "timings", None) or {}).items()},
     }
@@ -194,6 +194,9 @@ def to_slime_samples(
     responses: Sequence[str] | None = None,
 ) -> list[Any]:
     """One slime sample per trajectory chain, all sharing the base sample's rollout id.
+
+    Metadata: the dataset's, then the chain's provenance (``turns`` in this chain,
+    ``trained_turns``, ``truncated``, …), then the rollout's facts (``metadata``).
 
     ``samples`` are ``TrainingSample`` values and ``responses`` their decoded response
     regions (for logging only; never re-tokenized). A sample slime could not train on (no

@@ -143,9 +143,7 @@ async def generate(args: Any, sample: Any, sampling_params: dict, evaluation: bo
     if isinstance(exc, SlimeConfigError):
         raise exc
     if exc is not None:
-        logger.error(
-            "rollout %s failed inside agentrl", instance_hint, exc_info=(type(exc), exc, None)
-        )
+        logger.error("rollout %s failed inside agentrl", instance_hint, exc_info=exc)
         return abort_placeholder(
             sample, f"exception:{type(exc).__name__}", {**where, "error": str(exc)[:2000]}
         )
@@ -177,7 +175,7 @@ def _convert(
         metadata["outcome"],
         metadata["reward"],
         len(samples),
-        metadata["turns"],
+        metadata["rollout_turns"],
         metadata["agent_exit_code"],
         time.monotonic() - started,
     )
