@@ -330,6 +330,24 @@ async def test_the_time_budget_kills_the_agent_and_cleans_up(
     assert result.samples and result.grade is not None and result.grade.reward == 0.0
 
 
+async def test_cancelling_a_rollout_cleans_up(task, sandboxes, middleware, scripted_engine):
+    """Cancelled mid-run (Ctrl-C in the runner): it re-raises, sandbox and session are gone."""
+    scripted_engine.queue(DONE, delay=120)
+    running = asyncio.create_task(
+        rollout(task, sandboxes.harness("claude_code"), sandboxes, middleware, session_id="c-1")
+    )
+    await scripted_engine.wait_for(lambda: bool(scripted_engine.generate_requests), 60)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+    assert len(sandboxes.built) == 1 and sandboxes.built[0]._closed
+    assert processes_in_namespace(sandboxes.built[0].pid_namespace) == []
+    with pytest.raises(KeyError):
+        middleware.session("c-1")
+    await scripted_engine.wait_for(lambda: bool(scripted_engine.abort_requests), 10)
+
+
 async def test_an_engine_that_fails_is_an_infra_error(task, sandboxes, middleware, scripted_engine):
     """The engine errors after the first turn and the CLI gives up: infra_error, removed."""
     scripted_engine.queue(tool_call("Read", file_path=CORE))

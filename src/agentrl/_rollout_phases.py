@@ -220,7 +220,8 @@ class Phases:
             if state.session_open and not state.agent_log:
                 with contextlib.suppress(Exception):
                     state.agent_log = await asyncio.wait_for(harness.read_log(sandbox), 30)
-            await sandbox.aclose()
+            with state.timed("teardown"):
+                await sandbox.aclose()
 
     async def _open_session(self) -> str:
         token = self.middleware.open_session(
