@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.sandboxes import _local_fs as fs
+from agentrl.sandboxes import _local_proc as proc
 from agentrl.sandboxes._local_limits import Limits
+from agentrl.sandboxes._local_proc import processes_in_namespace
 from agentrl.sandboxes._local_scripts import BIN, CTL, INIT_SH, RUN_SH, SERVICES
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
@@ -41,14 +43,11 @@ from agentrl.sandboxes.base import (
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
 from agentrl.types import ExecResult, Task
 
-__all__ = ["LocalSandbox"]
+__all__ = ["LocalSandbox", "processes_in_namespace"]
 
 logger = logging.getLogger(__name__)
 
 _USERS = ("root", "agent")
-#: State directories and cgroups are named ``agentrl-local-<owner pid>-<random>``.
-_STATE_PREFIX = "agentrl-local-"
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class LocalSandbox(Sandbox):
@@ -112,10 +111,7 @@ class LocalSandbox(Sandbox):
         self._proc: asyncio.subprocess.Process | None = None
         self._queue_fd: int | None = None
         self._sandbox_init: int | None = None
-        self._done_fd: int | None = None
-        self._done: dict[str, asyncio.Event] = {}
-        self._done_buffer = b""
-        self._reader_loop: asyncio.AbstractEventLoop | None = None
+        self._done: proc.DoneChannel | None = None
         self._closed = False
 
     @classmethod
@@ -151,17 +147,15 @@ class LocalSandbox(Sandbox):
         if self.state_parent:
             self.state_parent.mkdir(parents=True, exist_ok=True)
         parent = self.state_parent or pathlib.Path(tempfile.gettempdir())
-        _sweep_stale(parent.glob(f"{_STATE_PREFIX}*"), shutil.rmtree)
+        proc.sweep_stale(parent.glob(f"{proc.STATE_PREFIX}*"), shutil.rmtree)
         self.state = pathlib.Path(
-            tempfile.mkdtemp(prefix=f"{_STATE_PREFIX}{os.getpid()}-", dir=parent)
+            tempfile.mkdtemp(prefix=f"{proc.STATE_PREFIX}{os.getpid()}-", dir=parent)
         )
         self._image_root = image_root
         for sub in ("ctl/req", "ctl/xfer", "bin"):
             (self.state / sub).mkdir(parents=True)
         os.mkfifo(self.state / "ctl" / "queue", 0o600)
-        os.mkfifo(self.state / "ctl" / "done", 0o600)
-        # Held open (read and write) for the sandbox's life, so the spawner never blocks on it.
-        self._done_fd = os.open(self.state / "ctl" / "done", os.O_RDWR | os.O_NONBLOCK)
+        self._done = proc.DoneChannel(self.state / "ctl" / "done")
         (self.state / "bin" / "init.sh").write_text(INIT_SH)
         (self.state / "bin" / "run.sh").write_text(RUN_SH)
         mask = self.state / "masked"
@@ -177,7 +171,7 @@ class LocalSandbox(Sandbox):
         self.workspace_mode = "overlay" if self._overlay_dirs else "copy"
         self.limits = Limits(self.state.name, memory_mb=self.memory_mb, pids=self.pids)
         for parent in self.limits.parents:
-            _sweep_stale(parent.glob(f"{_STATE_PREFIX}*"), os.rmdir)
+            proc.sweep_stale(parent.glob(f"{proc.STATE_PREFIX}*"), os.rmdir)
 
     def _bwrap_args(self, info_fd: int) -> list[str]:
         assert self.state is not None
@@ -198,7 +192,7 @@ class LocalSandbox(Sandbox):
             "--clearenv",
             "--setenv",
             "PATH",
-            _DEFAULT_PATH,
+            proc.DEFAULT_PATH,
             "--setenv",
             "AGENTRL_SERVICE_PORTS",
             " ".join(str(p) for p in sorted(self.services)),
@@ -291,11 +285,8 @@ class LocalSandbox(Sandbox):
         assert self.state is not None and self._proc is not None
         ready = self.state / "ctl" / "ready"
         deadline = time.monotonic() + self.startup_timeout
-        loop = asyncio.get_running_loop()
-        assert self._done_fd is not None
-        loop.add_reader(self._done_fd, self._on_done_readable)
-        self._reader_loop = loop
-        woken = self._done.setdefault("ready", asyncio.Event())
+        assert self._done is not None
+        self._done.attach()
         while not ready.exists():
             if self._proc.returncode is not None:
                 raise SandboxError(f"the local sandbox failed to start: {self._log_tail()}")
@@ -304,9 +295,8 @@ class LocalSandbox(Sandbox):
                     f"the local sandbox did not start within {self.startup_timeout}s: "
                     f"{self._log_tail()}"
                 )
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(woken.wait(), 0.05)
-        self._done.pop("ready", None)
+            await self._done.wait("ready", 0.05)
+        self._done.forget("ready")
         status = ready.read_text().strip()
         if status != "ready":
             raise SandboxError(f"the local sandbox failed to start: {status}")
@@ -346,14 +336,10 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(OSError):
                 os.close(self._queue_fd)
             self._queue_fd = None
-        if self._done_fd is not None:
-            if self._reader_loop is not None:
-                self._reader_loop.remove_reader(self._done_fd)
-            with contextlib.suppress(OSError):
-                os.close(self._done_fd)
-            self._done_fd = None
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
+        if self._done is not None:
+            self._done.close()
+        child = self._proc
+        if child is not None and child.returncode is None:
             # Killing the sandbox's pid 1 takes every process in it down; bubblewrap's outer
             # process then reaps it and exits, so nothing is left orphaned or a zombie.
             if self._sandbox_init is not None:
@@ -361,16 +347,16 @@ class LocalSandbox(Sandbox):
                     if os.stat(f"/proc/{self._sandbox_init}/ns/pid").st_ino == self.pid_namespace:
                         os.kill(self._sandbox_init, signal.SIGKILL)
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 2)
-            if proc.returncode is None:
+                    await asyncio.wait_for(child.wait(), 2)
+            if child.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    os.killpg(child.pid, signal.SIGKILL)
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 10)
+                    await asyncio.wait_for(child.wait(), 10)
         await asyncio.to_thread(self._reap_leftovers)
 
     def _reap_leftovers(self) -> None:
-        survivors = self._kill_namespace()
+        survivors = proc.kill_namespace(self.pid_namespace)
         if self.limits is not None:
             survivors += self.limits.kill_all()
             for _ in range(100):
@@ -380,20 +366,6 @@ class LocalSandbox(Sandbox):
                 time.sleep(0.02)
         if survivors:
             logger.error("local sandbox: processes survived teardown: %s", survivors)
-
-    def _kill_namespace(self, timeout: float = 5.0) -> list[int]:
-        """SIGKILL every process in the sandbox's pid namespace until none is left."""
-        if self.pid_namespace is None:
-            return []
-        deadline = time.monotonic() + timeout
-        while True:
-            pids = processes_in_namespace(self.pid_namespace)
-            if not pids or time.monotonic() > deadline:
-                return pids
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
 
     # -- exec ------------------------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -415,26 +387,6 @@ class LocalSandbox(Sandbox):
                 ) from exc
             raise SandboxError(f"could not send a request to the local sandbox: {exc}") from exc
 
-    def _env_script(self, user: str, env: Mapping[str, str] | None, workdir: str) -> str:
-        home = "/root" if user == "root" else "/home/agent"
-        merged = {
-            "PATH": _DEFAULT_PATH,
-            "HOME": home,
-            "USER": user,
-            "LOGNAME": user,
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            **self.env,
-            **(env or {}),
-            "AGENTRL_WORKDIR": workdir,
-        }
-        lines = []
-        for key, value in merged.items():
-            if not key.isidentifier():
-                raise SandboxError(f"environment variable name {key!r} is not valid")
-            lines.append(f"export {key}={shlex.quote(str(value))}")
-        return "\n".join(lines) + "\n"
-
     async def exec(
         self,
         cmd: str,
@@ -452,10 +404,10 @@ class LocalSandbox(Sandbox):
         assert self.state is not None
         rid = uuid.uuid4().hex
         req = self.state / "ctl" / "req" / rid
-        env_script = self._env_script(user, env, workdir or self.workdir)
+        env_script = proc.env_script(user, {**self.env, **(env or {})}, workdir or self.workdir)
         keep = False
         try:
-            await asyncio.to_thread(_write_request, req, cmd, env_script, user)
+            await asyncio.to_thread(proc.write_request, req, cmd, env_script, user)
             self._send(f"run {rid}")
             try:
                 code = await self._wait_rc(req, timeout)
@@ -483,7 +435,7 @@ class LocalSandbox(Sandbox):
         """The command's exit code, or None after ``timeout``; woken by the done FIFO."""
         rc_file = req / "rc"
         deadline = time.monotonic() + timeout
-        done = self._done.setdefault(req.name, asyncio.Event())
+        assert self._done is not None
         try:
             while True:
                 try:
@@ -500,26 +452,9 @@ class LocalSandbox(Sandbox):
                 if remaining <= 0:
                     return None
                 # The notification is the fast path; the short timeout notices a dead sandbox.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(done.wait(), min(0.1, remaining))
-                done.clear()
+                await self._done.wait(req.name, min(0.1, remaining))
         finally:
-            self._done.pop(req.name, None)
-
-    def _on_done_readable(self) -> None:
-        assert self._done_fd is not None
-        try:
-            data = os.read(self._done_fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        self._done_buffer += data
-        *lines, self._done_buffer = self._done_buffer.split(b"\n")
-        for line in lines:
-            event = self._done.get(line.decode(errors="replace").strip())
-            if event is not None:
-                event.set()
+            self._done.forget(req.name)
 
     # -- files -----------------------------------------------------------------------------
     async def write_file(
@@ -529,7 +464,7 @@ class LocalSandbox(Sandbox):
         assert self.state is not None
         xfer = self.state / "ctl" / "xfer" / uuid.uuid4().hex
         try:
-            await asyncio.to_thread(_stage, content, xfer)
+            await asyncio.to_thread(proc.stage, content, xfer)
             q = shlex.quote(path)
             result = await self.exec(
                 f'mkdir -p "$(dirname {q})" && cat {CTL}/xfer/{xfer.name} > {q}', user=user
@@ -561,57 +496,6 @@ class LocalSandbox(Sandbox):
         return f"http://127.0.0.1:{port}"
 
 
-def _sweep_stale(paths: Any, remove: Any) -> None:
-    """Remove what sandboxes of dead processes left behind (their owner was killed)."""
-    for path in paths:
-        owner = path.name[len(_STATE_PREFIX) :].split("-", 1)[0]
-        if not owner.isdigit() or int(owner) == os.getpid():
-            continue
-        try:
-            os.kill(int(owner), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        with contextlib.suppress(OSError):
-            remove(path)
-            logger.info("removed %s left by dead process %s", path, owner)
-
-
-def _write_request(req: pathlib.Path, cmd: str, env_script: str, user: str) -> None:
-    req.mkdir()
-    (req / "cmd.sh").write_text(cmd + "\n")
-    (req / "env.sh").write_text(env_script)
-    (req / "user").write_text(user + "\n")
-
-
 def _open_outputs(state: pathlib.Path) -> tuple[Any, Any]:
     """The files bubblewrap's output and its --info-fd JSON go to."""
     return open(state / "bwrap.log", "wb"), open(state / "info.json", "wb")
-
-
-def _stage(content: str | bytes | pathlib.Path, target: pathlib.Path) -> None:
-    """Put ``content`` at ``target``; a host ``Path`` is copied in chunks, never loaded."""
-    if isinstance(content, pathlib.Path):
-        if not content.is_file():
-            raise SandboxError(f"cannot upload {content}: it is not a file on the host")
-        shutil.copyfile(content, target)
-    else:
-        target.write_bytes(content.encode() if isinstance(content, str) else content)
-
-
-def processes_in_namespace(pid_namespace: int) -> list[int]:
-    """Host pids of the live (not zombie) processes in the pid namespace ``pid_namespace``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError):
-            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino != pid_namespace:
-                continue
-            with open(f"/proc/{entry.name}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state not in ("Z", "X"):
-                found.append(int(entry.name))
-    return found
