@@ -493,3 +493,38 @@ async def test_group_runs_concurrently_without_blocking_slimes_loop(
     assert {s.rollout_id for s in flat} == {10, 11}
     assert data["raw_reward"] == [1.0] * len(flat)
     assert max(lags) < 0.5, f"slime's loop stalled for {max(lags):.2f}s"
+
+
+async def test_cancelled_generate_closes_its_session_and_sandbox(
+    slime_env, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """If slime cancels the generate task, the rollout on the service loop is cancelled too."""
+    import agentrl._slime_service as service_mod
+
+    stall = ScriptedReply(text="Waiting.\n" + _tool_call("Bash", {"command": STALL}))
+    engine = await _engine(qwen_tokenizer, AgentScript(qwen_tokenizer, first=stall))
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        task = asyncio.ensure_future(
+            slime_mod.generate(args, _textstats_sample(index=12), SAMPLING)
+        )
+        await engine.wait_for(lambda: len(engine.served) == 1, timeout=60)
+        service = service_mod._service
+        assert service is not None and "slime-session-12" in service._tasks
+        assert "slime-session-12" in service.middleware._sessions
+        inner = service._tasks["slime-session-12"]  # the rollout, on the service loop
+
+        async def settled() -> None:
+            await asyncio.gather(inner, return_exceptions=True)
+
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(
+            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(settled(), service.loop)), 15
+        )
+        assert inner.cancelled(), "the rollout kept running after slime cancelled it"
+        assert not service._tasks
+        assert not service.middleware._sessions
+    finally:
+        await engine.close()
