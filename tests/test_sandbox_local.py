@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from agentrl.plugins import get_sandbox
+from agentrl.sandboxes import _local_fs, _local_limits
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneError
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.types import Task
@@ -79,7 +80,14 @@ def _assert_gone(sandbox: LocalSandbox, ns: int | None) -> None:
     assert sandbox.limits is not None and sandbox.limits.dirs == []
 
 
-def _minimal_image(root: pathlib.Path) -> pathlib.Path:
+def _dead_pid() -> int:
+    """The pid of a process that has exited."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
+def _minimal_image(root: pathlib.Path, *, skip: tuple[str, ...] = ()) -> pathlib.Path:
     """A tiny root filesystem: dash as /bin/sh, a few coreutils, their shared libraries."""
     (root / "bin").mkdir(parents=True)
     (root / "etc").mkdir()
@@ -87,6 +95,8 @@ def _minimal_image(root: pathlib.Path) -> pathlib.Path:
     (root / "etc" / "image-marker").write_text("minimal-image\n")
     libs: set[str] = set()
     for tool in ("dash", "cat", "ls", "id", "mkdir", "unshare", "setsid", "mv", "dirname"):
+        if tool in skip:
+            continue
         src = shutil.which(tool)
         assert src, f"{tool} is needed to build the test image"
         name = "sh" if tool == "dash" else tool
@@ -408,7 +418,8 @@ async def test_missing_image_or_repo_is_a_clear_error(tmp_path, state_dir, field
     with pytest.raises(SandboxError, match=f"the task's {field} .*nope.* does not exist"):
         async with sb:
             pass
-    assert list(state_dir.iterdir()) == [] if state_dir.exists() else True
+    leftovers = list(state_dir.iterdir()) if state_dir.exists() else []
+    assert leftovers == []
 
 
 async def test_unwritable_workdir_parent_is_a_clear_error(tmp_path, state_dir, repo):
@@ -417,3 +428,83 @@ async def test_unwritable_workdir_parent_is_a_clear_error(tmp_path, state_dir, r
     with pytest.raises(SandboxError, match="failed to start"):
         await sb.start()
     assert sb.state is not None and not sb.state.exists()
+
+
+async def test_image_without_required_tools_is_a_clear_error(tmp_path, state_dir, middleware):
+    """An image lacking setsid, or socat when a service is bound, fails at start and says so."""
+    no_setsid = _minimal_image(tmp_path / "no-setsid", skip=("setsid",))
+    with pytest.raises(SandboxError, match="has no 'setsid'"):
+        async with LocalSandbox(image=str(no_setsid), state_dir=state_dir):
+            pass
+    sock, _ = middleware
+    no_socat = _minimal_image(tmp_path / "no-socat")
+    sb = LocalSandbox(image=str(no_socat), state_dir=state_dir, services={8000: sock})
+    with pytest.raises(SandboxError, match="socat is not installed"):
+        await sb.start()
+    assert sb.state is not None and not sb.state.exists()
+
+
+async def test_missing_service_socket_is_a_clear_error(tmp_path, state_dir):
+    """A service whose unix socket does not exist is reported before anything starts."""
+    sb = LocalSandbox(state_dir=state_dir, services={8000: tmp_path / "nobody-listens.sock"})
+    with pytest.raises(SandboxError, match="service socket for port 8000 does not exist"):
+        await sb.start()
+    assert sb.state is None
+
+
+async def test_cancelled_exec_kills_its_command(state_dir):
+    """Cancelling an exec kills the command it started."""
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        task = asyncio.ensure_future(sb.exec("echo $$ > /tmp/pid; exec sleep 60"))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            check = await sb.exec("kill -0 $(cat /tmp/pid) 2>/dev/null && echo alive || echo gone")
+            if check.stdout == "gone\n":
+                break
+            await asyncio.sleep(0.1)
+    assert check.stdout == "gone\n"
+
+
+async def test_concurrent_execs(state_dir):
+    """Many execs at once on one sandbox each get their own output and exit code."""
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        results = await asyncio.gather(
+            *(sb.exec(f"sleep 0.{i % 3}; echo {i}; exit {i}", user="agent") for i in range(12))
+        )
+    assert [(r.exit_code, r.stdout) for r in results] == [(i, f"{i}\n") for i in range(12)]
+
+
+async def test_rlimit_fallback_caps_memory(state_dir, monkeypatch):
+    """Without a writable cgroup, limits fall back to rlimits and still stop a memory hog."""
+    monkeypatch.setattr(_local_limits, "_CGROUP_ROOT", pathlib.Path("/nonexistent"))
+    async with LocalSandbox(state_dir=state_dir, memory_mb=256) as sb:
+        hog = await sb.exec("python3 -c 'x = bytearray(600 * 1024 * 1024)'", user="agent")
+        small = await sb.exec("python3 -c 'x = bytearray(50 * 1024 * 1024); print(len(x))'")
+    assert sb.limits is not None and sb.limits.mode == "rlimit"
+    assert hog.exit_code != 0 and "MemoryError" in hog.stderr
+    assert small.stdout == "52428800\n"
+
+
+async def test_overlay_require_without_overlayfs_is_a_clear_error(repo, state_dir, monkeypatch):
+    """overlay='require' on a machine where overlayfs cannot mount says so and what to use."""
+    monkeypatch.setattr(_local_fs, "overlay_supported", lambda scratch: False)
+    sb = LocalSandbox(state_dir=state_dir, repo=str(repo), overlay="require")
+    with pytest.raises(SandboxError, match="overlay='require' but overlayfs cannot be mounted"):
+        await sb.start()
+
+
+async def test_stale_state_of_dead_owners_is_swept(state_dir):
+    """State left by a sandbox whose owning process died is removed by the next start."""
+    state_dir.mkdir(parents=True)
+    stale = state_dir / f"agentrl-local-{_dead_pid()}-abc"
+    (stale / "workspace").mkdir(parents=True)
+    live = state_dir / f"agentrl-local-{os.getppid()}-abc"
+    live.mkdir()
+    async with LocalSandbox(state_dir=state_dir):
+        pass
+    assert not stale.exists()
+    assert live.exists()
