@@ -308,9 +308,12 @@ async def test_write_and_read_files(tmp_path, state_dir):
         assert await sb.read_file("/workspace/big.bin", text=False) == big.read_bytes()
         with pytest.raises(SandboxError, match="could not write /usr/x as agent"):
             await sb.write_file("/usr/x", "no", user="agent")
-        with pytest.raises(SandboxError, match="could not read /nope as root"):
+        with pytest.raises(FileNotFoundError, match="no such file in the sandbox: /nope"):
             await sb.read_file("/nope")
-        with pytest.raises(SandboxError, match="not a file on the host"):
+        await sb.exec("echo secret > /tmp/private && chmod 0 /tmp/private", user="agent")
+        with pytest.raises(SandboxError, match="could not read /tmp/private as agent"):
+            await sb.read_file("/tmp/private", user="agent")
+        with pytest.raises(FileNotFoundError, match="not a file on the host"):
             await sb.write_file("/tmp/x", tmp_path / "missing")
 
 

@@ -141,7 +141,7 @@ def stage(content: str | bytes | pathlib.Path, target: pathlib.Path) -> None:
     """Put ``content`` at ``target``; a host ``Path`` is copied in chunks, never loaded."""
     if isinstance(content, pathlib.Path):
         if not content.is_file():
-            raise SandboxError(f"cannot upload {content}: it is not a file on the host")
+            raise FileNotFoundError(f"cannot upload {content}: it is not a file on the host")
         shutil.copyfile(content, target)
     else:
         target.write_bytes(content.encode() if isinstance(content, str) else content)

@@ -189,11 +189,19 @@ class Sandbox(abc.ABC):
     async def write_file(
         self, path: str, content: str | bytes | pathlib.Path, *, user: str = "root"
     ) -> None:
-        """Write a file; a host ``Path`` is streamed, not read into memory."""
+        """Write a file (creating parent directories) as ``user``.
+
+        A host ``Path`` is streamed, not read into memory; a missing one raises
+        ``FileNotFoundError``. A write the sandbox refuses raises ``SandboxError``.
+        """
 
     @abc.abstractmethod
     async def read_file(self, path: str, *, user: str = "root", text: bool = True) -> str | bytes:
-        """Read a file."""
+        """Read a file as ``user``: text (invalid UTF-8 replaced) or bytes.
+
+        A missing file raises ``FileNotFoundError``; one ``user`` may not read raises
+        ``SandboxError``.
+        """
 
     @abc.abstractmethod
     def url_for(self, host: str, port: int) -> str:

@@ -48,6 +48,7 @@ __all__ = ["LocalSandbox", "processes_in_namespace"]
 logger = logging.getLogger(__name__)
 
 _USERS = ("root", "agent")
+_EXIT_MISSING = 44
 
 
 class LocalSandbox(Sandbox):
@@ -479,7 +480,12 @@ class LocalSandbox(Sandbox):
         assert self.state is not None
         xfer = self.state / "ctl" / "xfer" / uuid.uuid4().hex
         try:
-            result = await self.exec(f"cat {shlex.quote(path)} > {CTL}/xfer/{xfer.name}", user=user)
+            q = shlex.quote(path)
+            result = await self.exec(
+                f"[ -e {q} ] || exit {_EXIT_MISSING}; cat {q} > {CTL}/xfer/{xfer.name}", user=user
+            )
+            if result.exit_code == _EXIT_MISSING:
+                raise FileNotFoundError(f"no such file in the sandbox: {path}")
             if not result.ok:
                 raise SandboxError(f"could not read {path} as {user}: {result.stderr.strip()}")
             data = await asyncio.to_thread(xfer.read_bytes)
