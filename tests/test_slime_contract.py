@@ -34,6 +34,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASKS = REPO_ROOT / "examples" / "tasks"
 CLI_DIR = REPO_ROOT / ".cache" / "clis"
 CLAUDE = CLI_DIR / "bin" / "claude"
+CODEX = CLI_DIR / "bin" / "codex"
 
 FIX_MARKER = "AGENTRL-FIX-APPLIED"
 FIX_SCRIPT = (
@@ -71,9 +72,15 @@ class AgentScript:
     """
 
     def __init__(
-        self, tokenizer, *, subagent: bool = False, first: ScriptedReply | None = None
+        self,
+        tokenizer,
+        *,
+        subagent: bool = False,
+        first: ScriptedReply | None = None,
+        codex: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
+        self.codex = codex
         self.subagent = subagent
         self.first = first
         self.prompts: list[str] = []
@@ -100,6 +107,11 @@ class AgentScript:
             )
         if self.first is not None:
             return self.first
+        if self.codex:
+            return ScriptedReply(
+                text="Fixing it.\n"
+                + _tool_call("exec_command", {"cmd": FIX_SCRIPT, "workdir": "/workspace"})
+            )
         return ScriptedReply(text="Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}))
 
 
@@ -528,3 +540,28 @@ async def test_cancelled_generate_closes_its_session_and_sandbox(
         assert not service.middleware._sessions
     finally:
         await engine.close()
+
+
+async def test_codex_rollout_passes_slime_checks(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """The Codex CLI (OpenAI Responses) through the same entry point: solved, slime-valid."""
+    monkeypatch.setenv("SWE_AGENT", "codex")  # slime's name for the harness
+    monkeypatch.delenv("AGENTRL_HARNESS")
+    monkeypatch.setenv("AGENTRL_CLI_PATH", str(CODEX))
+    script = AgentScript(qwen_tokenizer, codex=True)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        out = await slime_mod.generate(args, _textstats_sample(index=13), SAMPLING)
+    finally:
+        await engine.close()
+    checks.check_return_shape(out)
+    meta = out[0].metadata
+    assert meta["outcome"] == "solved", (meta.get("abort_reason"), meta.get("error"))
+    assert meta["harness"] == "codex"
+    assert {t["protocol"] for t in meta["turn_metadata"].values()} == {"openai_responses"}
+    assert all(s.reward == 1.0 and s.rollout_id == 13 for s in out)
+    trained = sum(sum(s.loss_mask) for s in out)
+    assert trained == sum(len(g.output_ids) for g in engine.served)
+    checks.train_pipeline(args, [[out]], post_process=slime_mod.reward_post_process)
