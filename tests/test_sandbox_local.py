@@ -511,3 +511,13 @@ async def test_stale_state_of_dead_owners_is_swept(state_dir):
         pass
     assert not stale.exists()
     assert live.exists()
+
+
+async def test_commands_do_not_hold_the_control_fifos(state_dir):
+    """A command (and its children) holds no descriptor on the request or completion FIFOs."""
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        result = await sb.exec(
+            "sleep 5 & ls -l /proc/self/fd /proc/$!/fd | grep -c -e queue -e done; true",
+            user="agent",
+        )
+    assert result.stdout == "0\n"

@@ -38,7 +38,7 @@ echo ready > "$C/done"
 while IFS= read -r line <&3; do
   case "$line" in
     run\ *) id=${line#run }
-      ( setsid sh /.agentrl/bin/run.sh "$id" < /dev/null > /dev/null 2>&1 & ) 2>/dev/null || {
+      ( setsid sh /.agentrl/bin/run.sh "$id" < /dev/null > /dev/null 2>&1 3<&- & ) 2>/dev/null || {
         echo "agentrl: could not start the command: the sandbox's process limit is reached" > "$C/req/$id/err"
         echo 126 > "$C/req/$id/rc"; } ;;
     kill\ *) id=${line#kill }; g=; read -r g < "$C/req/$id/pgid" 2>/dev/null; [ -n "$g" ] && kill -KILL "-$g" 2>/dev/null ;;
