@@ -26,15 +26,15 @@ import pytest
 
 import agentrl.slime as slime_mod
 from agentrl.graders.check import host_python_options
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.harnesses.codex import CodexHarness
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 from slime_stub import checks
 from slime_stub.sample import Sample
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASKS = REPO_ROOT / "examples" / "tasks"
-CLI_DIR = REPO_ROOT / ".cache" / "clis"
-CLAUDE = CLI_DIR / "bin" / "claude"
-CODEX = CLI_DIR / "bin" / "codex"
+CLI_DIR = pathlib.Path(os.environ.get("AGENTRL_CLI_DIR", REPO_ROOT / ".cache" / "clis"))
 
 FIX_MARKER = "AGENTRL-FIX-APPLIED"
 FIX_SCRIPT = (
@@ -128,18 +128,22 @@ def short_dir():
 @pytest.fixture
 def slime_env(monkeypatch, short_dir):
     """The agentrl environment a slime launcher would export, for the local sandbox."""
-    if not CLAUDE.exists():
-        pytest.fail(f"{CLAUDE} is missing; run scripts/install-clis.sh (make test does)")
-    cli_root = str(CLI_DIR.resolve())
+    if not (CLI_DIR / "bin" / "claude").exists() or not (CLI_DIR / "bin" / "codex").exists():
+        pytest.fail(
+            f"the agent CLIs are not installed in {CLI_DIR}; run scripts/install-clis.sh "
+            "(make test does), or set AGENTRL_CLI_DIR to an install holding bin/claude and "
+            "bin/codex"
+        )
+    binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)
     sandbox_options = host_python_options()  # the grader runs the task's pytest inside
-    sandbox_options["ro_binds"][cli_root] = cli_root
+    sandbox_options["ro_binds"].update(binds)
     env = {
         "AGENTRL_HARNESS": "claude_code",
         "AGENTRL_SANDBOX": "local",
         "AGENTRL_TRAIN_PROTOCOL": "scaleswe",
         "AGENTRL_UNIX_SOCKET": str(short_dir / "mw.sock"),
         "AGENTRL_PORT": "18001",
-        "AGENTRL_CLI_PATH": str(CLAUDE),
+        "AGENTRL_CLI_PATH": claude,
         "AGENTRL_SANDBOX_OPTIONS": json.dumps(sandbox_options),
         "AGENTRL_AGENT_TIME_BUDGET": "120",
         "AGENTRL_EVAL_TIMEOUT": "120",
@@ -548,7 +552,7 @@ async def test_codex_rollout_passes_slime_checks(
     """The Codex CLI (OpenAI Responses) through the same entry point: solved, slime-valid."""
     monkeypatch.setenv("SWE_AGENT", "codex")  # slime's name for the harness
     monkeypatch.delenv("AGENTRL_HARNESS")
-    monkeypatch.setenv("AGENTRL_CLI_PATH", str(CODEX))
+    monkeypatch.setenv("AGENTRL_CLI_PATH", CodexHarness.host_install(CLI_DIR)[1])
     script = AgentScript(qwen_tokenizer, codex=True)
     engine = await _engine(qwen_tokenizer, script)
     try:
