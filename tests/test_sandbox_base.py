@@ -230,6 +230,32 @@ async def test_launch_lost_before_sending_is_sent_again_once(flaky):
 
 
 @needs_bwrap
+async def test_launch_lost_and_link_still_down_is_probed_again(flaky):
+    """After a lost launch reply, the did-it-run probe is retried while the link is down."""
+    flaky.sever_after = first_n(1, "setsid")
+    flaky.sever_before = first_n(2, "test -d")
+    result = await exec_and_wait(flaky, "echo ran >> /tmp/count; exit 6", time_budget=30)
+    count = await flaky.inner.exec("cat /tmp/count")
+    assert result.exit_code == 6
+    assert count.stdout == "ran\n"
+    assert sum("setsid" in c for c in flaky.calls) == 1
+
+
+@needs_bwrap
+async def test_cancelled_wait_kills_the_command(local):
+    """Cancelling exec_and_wait kills the detached command instead of leaving it running."""
+    waiting = asyncio.ensure_future(
+        exec_and_wait(local, "echo $$ > /tmp/main; sleep 300", time_budget=600)
+    )
+    await asyncio.sleep(1.0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    alive = await local.exec("kill -0 $(cat /tmp/main) 2>/dev/null && echo alive; true")
+    assert alive.stdout == ""
+
+
+@needs_bwrap
 async def test_launch_refuses_to_start_twice_for_one_tag(local):
     """Re-sending the same launch script does not start the command a second time."""
     script = base._launch_script("/tmp/.agentrl-exec/fixed-tag", "echo ran >> /tmp/count")

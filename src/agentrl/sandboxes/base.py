@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 import os
 import pathlib
@@ -288,45 +289,28 @@ async def exec_and_wait(
     tag = f"{time.time_ns():x}-{uuid.uuid4().hex[:16]}"
     state = f"{_STATE_ROOT}/{tag}"
     deadline = time.monotonic() + time_budget
-    common: dict[str, Any] = {"user": user}
 
     await _launch(sandbox, state, cmd, user=user, env=env, workdir=workdir)
-    delay = min(0.05, poll_interval)
-    failures = 0
-    exit_code: int | None = None
-    while True:
-        try:
-            probe = await sandbox.exec(
-                f"cat {shlex.quote(state)}/rc 2>/dev/null; true",
-                timeout=max(5.0, min(30.0, poll_interval * 10)),
-                **common,
+    try:
+        exit_code = await _poll(sandbox, state, deadline, poll_interval, max_poll_failures, user)
+    except asyncio.CancelledError:
+        # The caller gave up on the command: do not leave it running.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(
+                asyncio.shield(_best_effort(sandbox, _kill_script(state), user=user)), 10
             )
-            failures = 0
-            exit_code = _parse_marker(probe.stdout)
-        except SandboxGoneError:
-            raise
-        except (SandboxError, OSError, TimeoutError) as exc:
-            failures += 1
-            logger.warning("exec_and_wait %s: poll failed (%d in a row): %s", tag, failures, exc)
-            if failures >= max_poll_failures:
-                raise SandboxError(
-                    f"could not poll a detached command {max_poll_failures} times in a row "
-                    f"(last error: {exc}); the command may still be running in the sandbox"
-                ) from exc
-        if exit_code is not None:
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        await asyncio.sleep(min(delay, remaining))
-        delay = min(delay * 2, poll_interval)
+        raise
 
     stderr_note = ""
     if exit_code is None:
         logger.info("exec_and_wait %s: time budget of %.1fs exceeded; killing", tag, time_budget)
         await _best_effort(sandbox, _kill_script(state), user=user)
-        exit_code = EXIT_TIME_BUDGET_EXCEEDED
-        stderr_note = f"\n[agentrl: time budget of {time_budget:g}s exceeded; command killed]\n"
+        # A command that finished on its own just before the kill keeps its exit code.
+        last = await _best_effort(sandbox, _read_marker(state), user=user)
+        exit_code = _parse_marker(last.stdout) if last is not None else None
+        if exit_code is None:
+            exit_code = EXIT_TIME_BUDGET_EXCEEDED
+            stderr_note = f"\n[agentrl: time budget of {time_budget:g}s exceeded; command killed]\n"
 
     stdout = stderr = ""
     if want_output:
@@ -342,6 +326,47 @@ async def exec_and_wait(
             stdout, stderr = out.stdout, out.stderr
     await _best_effort(sandbox, f"rm -rf {shlex.quote(state)}", user=user)
     return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr + stderr_note)
+
+
+def _read_marker(state: str) -> str:
+    return f"cat {shlex.quote(state)}/rc 2>/dev/null; true"
+
+
+async def _poll(
+    sandbox: Sandbox,
+    state: str,
+    deadline: float,
+    poll_interval: float,
+    max_failures: int,
+    user: str,
+) -> int | None:
+    """Poll the marker until it holds an exit code (returned) or the deadline (None)."""
+    delay = min(0.05, poll_interval)
+    failures = 0
+    while True:
+        try:
+            probe = await sandbox.exec(
+                _read_marker(state), user=user, timeout=max(5.0, min(30.0, poll_interval * 10))
+            )
+            failures = 0
+            exit_code = _parse_marker(probe.stdout)
+            if exit_code is not None:
+                return exit_code
+        except SandboxGoneError:
+            raise
+        except (SandboxError, OSError, TimeoutError) as exc:
+            failures += 1
+            logger.warning("exec_and_wait %s: poll failed (%d in a row): %s", state, failures, exc)
+            if failures >= max_failures:
+                raise SandboxError(
+                    f"could not poll a detached command {max_failures} times in a row "
+                    f"(last error: {exc}); the command may still be running in the sandbox"
+                ) from exc
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, poll_interval)
 
 
 async def _launch(
@@ -366,8 +391,7 @@ async def _launch(
             if attempt == 2:
                 raise
             logger.warning("exec_and_wait launch failed in flight (%s); checking the tag", exc)
-            probe = await sandbox.exec(f"test -d {shlex.quote(state)}", user=user, timeout=30)
-            if probe.exit_code == 0:
+            if await _state_exists(sandbox, state, user):
                 return  # it ran: the marker will tell the rest
             continue
         if result.exit_code in (0, _EXIT_ALREADY_LAUNCHED):
@@ -377,6 +401,24 @@ async def _launch(
             f"{(result.stderr or result.stdout).strip()[-500:]}; "
             f"is /tmp writable by user {user!r} in the sandbox?"
         )
+
+
+async def _state_exists(sandbox: Sandbox, state: str, user: str, attempts: int = 5) -> bool:
+    """Whether a launch created its state directory, asking again while the link is down."""
+    for attempt in range(attempts):
+        try:
+            probe = await sandbox.exec(f"test -d {shlex.quote(state)}", user=user, timeout=30)
+            return probe.exit_code == 0
+        except SandboxGoneError:
+            raise
+        except (SandboxError, OSError, TimeoutError) as exc:
+            if attempt == attempts - 1:
+                raise SandboxError(
+                    f"a detached launch failed in flight and the sandbox could not be asked "
+                    f"whether it ran ({exc}); the command may be running"
+                ) from exc
+            await asyncio.sleep(0.2 * 2**attempt)
+    return False
 
 
 async def _best_effort(sandbox: Sandbox, script: str, *, user: str) -> ExecResult | None:
