@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -27,10 +26,6 @@ from agentrl.sandboxes.base import (
 )
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import ExecResult
-
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install bubblewrap)"
-)
 
 Predicate = Callable[[str], bool]
 
@@ -129,7 +124,6 @@ async def flaky(local):
 # -- exec_and_wait ----------------------------------------------------------------------------
 
 
-@needs_bwrap
 async def test_exit_code_output_env_workdir_user(local):
     """The exit code, stdout and stderr come back; env, workdir and user apply to the command."""
     result = await exec_and_wait(
@@ -145,7 +139,6 @@ async def test_exit_code_output_env_workdir_user(local):
     assert quiet == ExecResult(exit_code=3, stdout="", stderr="")
 
 
-@needs_bwrap
 async def test_concurrent_calls_do_not_collide(local):
     """Concurrent calls on one sandbox each get their own exit code and output."""
     cmds = [f"sleep 0.{(7 * i) % 5}; echo out-{i}; echo err-{i} >&2; exit {i}" for i in range(8)]
@@ -156,7 +149,6 @@ async def test_concurrent_calls_do_not_collide(local):
     assert leftover.stdout == ""
 
 
-@needs_bwrap
 async def test_budget_exceeded_kills_the_process_group(local):
     """Past the budget the result is -1 and the command and its children are killed."""
     started = time.monotonic()
@@ -176,7 +168,6 @@ async def test_budget_exceeded_kills_the_process_group(local):
     assert alive.stdout == ""
 
 
-@needs_bwrap
 async def test_partial_marker_is_waited_on(flaky):
     """A torn marker ("1" with no newline) is never parsed: the real exit code comes back."""
     flaky.partial_marker = 3
@@ -194,7 +185,6 @@ def test_marker_parsing():
     assert base._parse_marker("-1\n") == -1
 
 
-@needs_bwrap
 async def test_severed_polls_still_give_the_exit_code(flaky):
     """Polls that fail in flight are retried; the command ran once and its code comes back."""
     flaky.sever_after = first_n(2, "/rc ")
@@ -207,7 +197,6 @@ async def test_severed_polls_still_give_the_exit_code(flaky):
     assert count.stdout == "ran\n"
 
 
-@needs_bwrap
 async def test_launch_reply_lost_is_not_run_twice(flaky):
     """A launch whose reply is lost after it ran is found by its tag, not sent again."""
     flaky.sever_after = first_n(1, "setsid")
@@ -218,7 +207,6 @@ async def test_launch_reply_lost_is_not_run_twice(flaky):
     assert sum("setsid" in c for c in flaky.calls) == 1
 
 
-@needs_bwrap
 async def test_launch_lost_before_sending_is_sent_again_once(flaky):
     """A launch that never reached the sandbox is re-sent, and the command runs exactly once."""
     flaky.sever_before = first_n(1, "setsid")
@@ -229,7 +217,6 @@ async def test_launch_lost_before_sending_is_sent_again_once(flaky):
     assert sum("setsid" in c for c in flaky.calls) == 2
 
 
-@needs_bwrap
 async def test_launch_lost_and_link_still_down_is_probed_again(flaky):
     """After a lost launch reply, the did-it-run probe is retried while the link is down."""
     flaky.sever_after = first_n(1, "setsid")
@@ -241,7 +228,6 @@ async def test_launch_lost_and_link_still_down_is_probed_again(flaky):
     assert sum("setsid" in c for c in flaky.calls) == 1
 
 
-@needs_bwrap
 async def test_cancelled_wait_kills_the_command(local):
     """Cancelling exec_and_wait kills the detached command instead of leaving it running."""
     waiting = asyncio.ensure_future(
@@ -255,7 +241,6 @@ async def test_cancelled_wait_kills_the_command(local):
     assert alive.stdout == ""
 
 
-@needs_bwrap
 async def test_launch_refuses_to_start_twice_for_one_tag(local):
     """Re-sending the same launch script does not start the command a second time."""
     script = base._launch_script("/tmp/.agentrl-exec/fixed-tag", "echo ran >> /tmp/count")
@@ -269,7 +254,6 @@ async def test_launch_refuses_to_start_twice_for_one_tag(local):
     assert count.stdout == "ran\n"
 
 
-@needs_bwrap
 async def test_persistent_poll_failures_raise(flaky):
     """A connection that stays down ends in a SandboxError saying the command may still run."""
     flaky.sever_before = lambda cmd: "/rc " in cmd
@@ -277,7 +261,6 @@ async def test_persistent_poll_failures_raise(flaky):
         await exec_and_wait(flaky, "sleep 1", time_budget=30, poll_interval=0.01)
 
 
-@needs_bwrap
 async def test_gone_sandbox_raises_at_once(flaky):
     """A sandbox that no longer exists is reported immediately, not polled until the budget."""
     flaky.gone = True
@@ -288,7 +271,6 @@ async def test_gone_sandbox_raises_at_once(flaky):
     assert len(flaky.calls) == 1
 
 
-@needs_bwrap
 async def test_unlaunchable_command_is_a_clear_error(local):
     """A launch that fails in the sandbox (its state directory is blocked) raises with why."""
     await local.exec("touch /tmp/.agentrl-exec")
@@ -296,7 +278,6 @@ async def test_unlaunchable_command_is_a_clear_error(local):
         await exec_and_wait(local, "true", time_budget=10, user="agent")
 
 
-@needs_bwrap
 async def test_output_capped_and_binary_safe(local):
     """Large and binary output of a detached command is capped and decoded without errors."""
     result = await exec_and_wait(

@@ -20,10 +20,6 @@ from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneE
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.types import Task
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install bubblewrap)"
-)
-
 
 def _git(cwd: pathlib.Path, *args: str) -> str:
     return subprocess.run(
