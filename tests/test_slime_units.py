@@ -143,6 +143,16 @@ def test_missing_public_host_says_what_to_set():
         SlimeConfig.from_env({}).require_public_host()
 
 
+def test_local_sandbox_needs_a_unix_socket():
+    """The local sandbox without AGENTRL_UNIX_SOCKET fails naming the variable."""
+    with pytest.raises(SlimeConfigError, match="AGENTRL_UNIX_SOCKET"):
+        SlimeConfig.from_env({"AGENTRL_SANDBOX": "local"}).validate()
+    SlimeConfig.from_env({"AGENTRL_SANDBOX": "local", "AGENTRL_UNIX_SOCKET": "/tmp/s"}).validate()
+    SlimeConfig.from_env({"ADAPTER_PUBLIC_HOST": "10.0.0.1"}).validate()
+    with pytest.raises(SlimeConfigError, match="AGENTRL_PUBLIC_HOST"):
+        SlimeConfig.from_env({}).validate()
+
+
 def test_service_settings_from_args():
     """The service reads exactly slime's tokenizer, router, context and parser arguments."""
     args = types.SimpleNamespace(

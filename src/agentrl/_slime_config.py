@@ -274,6 +274,18 @@ class SlimeConfig:
             values[var.field] = _convert(raw, source, var)
         return cls(**values)
 
+    def validate(self) -> None:
+        """Check the combination of settings; raise ``SlimeConfigError`` saying what to set."""
+        if self.unix_socket:
+            return
+        if self.sandbox == "local":
+            raise SlimeConfigError(
+                "the local sandbox has no network: the agent reaches the middleware through a "
+                "unix socket bound into the sandbox. Set AGENTRL_UNIX_SOCKET to a socket path "
+                "on this node (short, e.g. /tmp/agentrl-mw.sock)"
+            )
+        self.require_public_host()
+
     def require_public_host(self) -> str:
         """The public host, or an error saying how to set it."""
         if not self.public_host:

@@ -200,9 +200,8 @@ class Service:
             False: plugins.get_grader(c.grader_for(False))(),
             True: plugins.get_grader(c.grader_for(True))(),
         }
+        c.validate()
         self.dials_over_network = not c.unix_socket
-        if self.dials_over_network:
-            c.require_public_host()
         tool_parser = resolve_parser("tool_parser", s.tool_parser)
         reasoning_parser = resolve_parser("reasoning_parser", s.reasoning_parser)
         self.harness = harness_cls(**c.harness_kwargs())
