@@ -7,6 +7,7 @@ import logging
 import os
 import pathlib
 import signal
+import subprocess
 import time
 
 logger = logging.getLogger(__name__)
@@ -75,15 +76,20 @@ class Limits:
             if all(v1.values()):
                 self._setup_v1(name, v1)  # type: ignore[arg-type]
                 self.mode = "cgroup-v1"
-                return
-            v2 = _v2_dir(own)
-            if v2 is not None:
+            elif (v2 := _v2_dir(own)) is not None:
                 self._setup_v2(v2 / name)
                 self.mode = "cgroup-v2"
+            if self.dirs:
+                self._check_joinable()
                 return
         except OSError as exc:
             logger.info("cgroup limits unavailable (%s); using rlimits", exc)
-            self.remove()
+            for _ in range(50):  # the throwaway process may take a moment to leave
+                self.remove()
+                if not self.dirs:
+                    break
+                time.sleep(0.01)
+            self.dirs, self.parents = [], []
         self.mode = "rlimit"
 
     def _setup_v1(self, name: str, parents: dict[str, pathlib.Path]) -> None:
@@ -112,6 +118,18 @@ class Limits:
                 (path / "memory.swap.max").write_text("0")
         if self.pids is not None:
             (path / "pids.max").write_text(str(self.pids))
+
+    def _check_joinable(self) -> None:
+        """Move a throwaway process into the cgroups, as the launcher will, or raise OSError."""
+        join = 'for f in "$@"; do echo $$ > "$f" || exit 1; done'
+        proc = subprocess.run(
+            ["sh", "-c", join, "sh", *self.cgroup_procs],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise OSError(f"cannot move a process into the cgroup: {proc.stderr.strip()}")
 
     @property
     def cgroup_procs(self) -> list[str]:
