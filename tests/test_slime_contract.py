@@ -25,6 +25,7 @@ import typing
 import pytest
 
 import agentrl.slime as slime_mod
+from agentrl._slime_samples import task_row
 from agentrl.graders.check import host_python_options
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
@@ -569,3 +570,40 @@ async def test_codex_rollout_passes_slime_checks(
     trained = sum(sum(s.loss_mask) for s in out)
     assert trained == sum(len(g.output_ids) for g in engine.served)
     checks.train_pipeline(args, [[out]], post_process=slime_mod.reward_post_process)
+
+
+async def test_network_mode_serves_tcp_and_tells_sandboxes_the_public_host(
+    slime_env, monkeypatch, qwen_tokenizer_dir
+):
+    """With E2B, the middleware listens on TCP and sandboxes are pointed at the public host."""
+    import aiohttp
+
+    import agentrl._slime_service as service_mod
+
+    monkeypatch.delenv("AGENTRL_UNIX_SOCKET")
+    monkeypatch.delenv("AGENTRL_SANDBOX_OPTIONS")
+    monkeypatch.setenv("AGENTRL_SANDBOX", "e2b")
+    monkeypatch.setenv("ADAPTER_PUBLIC_HOST", "10.1.2.3")  # slime's name
+    monkeypatch.setenv("ADAPTER_BIND_HOST", "127.0.0.1")
+    monkeypatch.setenv("ADAPTER_PORT", "0")
+    monkeypatch.setenv("E2B_API_KEY", "e2b_" + "0" * 40)
+    monkeypatch.setenv("SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY", "image")
+    engine = ScriptedEngine()
+    await engine.start()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        (p,) = await slime_mod.generate(args, Sample(index=0, metadata={}), SAMPLING)
+        assert p.metadata["abort_reason"] == "invalid_task"
+        service = service_mod._service
+        port = service.rollout_config.middleware_port
+        assert service.rollout_config.middleware_host == "10.1.2.3" and port > 0
+        assert service.middleware.url == f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{service.middleware.url}/healthz") as response:
+                assert response.status == 200 and (await response.json())["ok"] is True
+        sample = _textstats_sample()
+        sample.metadata["image"] = "registry/textstats:1"
+        sandbox = service.sandbox_factory(service.graders[False].parse_task(task_row(sample)))
+        assert sandbox.url_for("10.1.2.3", port) == f"http://10.1.2.3:{port}"
+    finally:
+        await engine.close()
