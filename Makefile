@@ -35,9 +35,13 @@ test: system-deps demo-deps
 	$(BIN)/python -m pytest -q
 
 # Differential test of the built-in parsers against SGLang's own (opt-in: SGLang is heavy).
+# Only SGLang's parser modules are needed, so it goes into .cache/sglang without its GPU
+# dependency tree (a plain `pip install sglang` would pull a CUDA build of torch).
+SGLANG_PIN ?= sglang==0.5.23
+SGLANG_PARSER_DEPS := pybase64 triton pillow starlette msgspec pyzmq openai partial_json_parser xgrammar apache-tvm-ffi
 test-sglang: deps
-	$(BIN)/pip install -q sglang
-	$(BIN)/python -m pytest -q -m sglang tests/test_parsers_sglang.py
+	$(BIN)/pip install -q --no-deps --target .cache/sglang $(SGLANG_PIN) $(SGLANG_PARSER_DEPS)
+	PYTHONPATH=.cache/sglang $(BIN)/python -m pytest -q -m sglang tests/test_parsers_sglang.py
 
 # Benchmarks print their figures and ratios against a baseline measured in the same run.
 bench: deps

@@ -2,7 +2,8 @@
 # Install the system tools the test suite uses, when they are missing.
 set -euo pipefail
 need=()
-for tool in bwrap:bubblewrap socat:socat git:git patch:patch; do
+# The local sandbox shows the host's /usr: node, python3 and git must live there.
+for tool in bwrap:bubblewrap socat:socat git:git patch:patch /usr/bin/node:nodejs /usr/bin/python3:python3; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if ((${#need[@]})); then
