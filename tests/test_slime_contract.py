@@ -236,6 +236,8 @@ async def test_solved_rollout_passes_slime_checks(slime_env, qwen_tokenizer, qwe
     assert meta["outcome"] == "solved" and meta["agent_exit_code"] == 0
     assert meta["instance_id"] == "textstats-1" and meta["session_id"] == "slime-session-3"
     assert set(meta["timings"]) >= {"boot", "agent", "grade"}
+    # Time outside the engine (boot, tools, grading) feeds slime's perf metrics.
+    assert 0 < out[0].non_generation_time < meta["timings"]["total"]
     # Every trained token is one the engine sampled, with the engine's log-prob.
     sampled = {}
     for served in engine.served:

@@ -566,3 +566,22 @@ def test_unknown_parser_name_lists_the_choices(agentrl_registry):
 
     with pytest.raises(SlimeConfigError, match=r"--sglang-tool-call-parser 'nope'.*hermes"):
         resolve_parser("tool_parser", "nope")
+
+
+def test_non_generation_time_counts_each_engine_call_once():
+    """Rollout time minus engine time, with a turn shared by two chains counted once."""
+    from agentrl._slime_samples import non_generation_seconds
+
+    shared = {"middleware_turn": 0, "engine_seconds": 1.0}
+    chains = (
+        _ts(
+            [1],
+            [2],
+            [1],
+            turn_metadata={1: shared, 2: {"middleware_turn": 1, "engine_seconds": 2.0}},
+        ),
+        _ts([1], [3], [1], turn_metadata={1: shared}),
+    )
+    result = types.SimpleNamespace(samples=chains, timings={"total": 10.0})
+    assert non_generation_seconds(result) == pytest.approx(7.0)
+    assert non_generation_seconds(types.SimpleNamespace(samples=(), timings={})) == 0.0

@@ -186,12 +186,26 @@ def result_metadata(result: Any, *, session_id: str | None = None) -> dict[str, 
     return out
 
 
+def non_generation_seconds(result: Any) -> float:
+    """Seconds of the rollout not spent in the engine (boot, tools, grading), for slime's
+    ``non_generation_time`` perf metrics; 0.0 when the timings are unknown."""
+    total = float((getattr(result, "timings", None) or {}).get("total", 0.0))
+    engine: dict[Any, float] = {}
+    for ts in getattr(result, "samples", ()):
+        turns = ts.metadata.get("turn_metadata") or {}
+        for key, turn in turns.items() if isinstance(turns, Mapping) else ():
+            if isinstance(turn, Mapping):
+                engine[turn.get("middleware_turn", key)] = float(turn.get("engine_seconds", 0.0))
+    return max(0.0, total - sum(engine.values())) if total else 0.0
+
+
 def to_slime_samples(
     base: Any,
     samples: Sequence[Any],
     *,
     metadata: Mapping[str, Any],
     responses: Sequence[str] | None = None,
+    non_generation_time: float = 0.0,
 ) -> list[Any]:
     """One slime sample per trajectory chain, all sharing the base sample's rollout id.
 
@@ -234,6 +248,7 @@ def to_slime_samples(
                 rollout_log_probs=[float(lp) for lp in ts.rollout_logprobs],
                 reward=float(ts.reward),
                 remove_sample=False,
+                non_generation_time=float(non_generation_time),
                 status=sample_status(base, "TRUNCATED" if truncated else "COMPLETED"),
                 rollout_id=rollout_id,
                 metadata=_merged_metadata(

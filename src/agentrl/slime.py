@@ -28,6 +28,7 @@ from agentrl._slime_rewards import normalize_rewards
 from agentrl._slime_samples import (
     abort_placeholder,
     eval_placeholder,
+    non_generation_seconds,
     result_metadata,
     session_id_of,
     task_row,
@@ -166,7 +167,13 @@ def _convert(
         return abort_placeholder(sample, metadata["outcome"], metadata)
     if evaluation:
         return eval_placeholder(sample, float(result.reward), metadata)
-    samples = to_slime_samples(sample, result.samples, metadata=metadata, responses=out.responses)
+    samples = to_slime_samples(
+        sample,
+        result.samples,
+        metadata=metadata,
+        responses=out.responses,
+        non_generation_time=non_generation_seconds(result),
+    )
     if not samples:
         return abort_placeholder(sample, "no_trainable_samples", metadata)
     logger.info(
