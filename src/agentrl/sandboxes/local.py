@@ -305,7 +305,25 @@ class LocalSandbox(Sandbox):
             info = json.loads((self.state / "info.json").read_text())
             self.pid_namespace = info["pid-namespace"]
             self._sandbox_init = info["child-pid"]
-        self._queue_fd = os.open(self.state / "ctl" / "queue", os.O_WRONLY | os.O_NONBLOCK)
+        self._queue_fd = await self._open_queue(deadline)
+
+    async def _open_queue(self, deadline: float) -> int:
+        """Open the request FIFO for writing; ENXIO means its reader is not open yet."""
+        assert self.state is not None and self._proc is not None
+        while True:
+            try:
+                return os.open(self.state / "ctl" / "queue", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO or self._proc.returncode is not None:
+                    raise SandboxError(
+                        f"the local sandbox's request pipe cannot be opened ({exc}): "
+                        f"{self._log_tail()}"
+                    ) from exc
+                if time.monotonic() > deadline:
+                    raise SandboxError(
+                        "the local sandbox reported ready but never opened its request pipe"
+                    ) from exc
+            await asyncio.sleep(0.01)
 
     def _log_tail(self) -> str:
         code = self._proc.returncode if self._proc else None
