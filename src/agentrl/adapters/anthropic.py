@@ -27,7 +27,7 @@ from agentrl.adapters.protocol import (
     ProtocolError,
     chat_tool_call,
     expect_type,
-    fold_system_messages,
+    fold_system_messages_with_ids,
     function_tool,
     int_field,
     number_field,
@@ -156,13 +156,7 @@ def translate_messages(
                 f"{field}.role: expected 'user', 'assistant' or 'system', got {role!r}",
                 param=f"{field}.role",
             )
-    folded = fold_system_messages(messages)
-    # Folding can only merge system/user messages, so assistant positions shift uniformly:
-    # recompute each replayed id's index by locating its assistant message in order.
-    assistant_positions = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
-    folded_positions = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
-    remap = dict(zip(assistant_positions, folded_positions, strict=False))
-    return folded, tuple((remap[k], wire_id) for k, wire_id in pending_ids)
+    return fold_system_messages_with_ids(messages, pending_ids)
 
 
 def translate_tools(raw_tools: Any) -> list[dict[str, Any]] | None:

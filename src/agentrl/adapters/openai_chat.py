@@ -25,7 +25,7 @@ from agentrl.adapters.protocol import (
     chat_tool_call,
     dump_arguments,
     expect_type,
-    fold_system_messages,
+    fold_system_messages_with_ids,
     function_tool,
     int_field,
     number_field,
@@ -109,11 +109,7 @@ def translate_messages(
                 f"got {role!r}",
                 param=f"{field}.role",
             )
-    folded = fold_system_messages(messages)
-    before = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
-    after = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
-    remap = dict(zip(before, after, strict=False))
-    return folded, tuple((remap[k], wire_id) for k, wire_id in replayed)
+    return fold_system_messages_with_ids(messages, replayed)
 
 
 def translate_tools(raw_tools: Any) -> list[dict[str, Any]] | None:

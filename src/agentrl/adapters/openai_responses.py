@@ -30,7 +30,7 @@ from agentrl.adapters.protocol import (
     chat_tool_call,
     dump_arguments,
     expect_type,
-    fold_system_messages,
+    fold_system_messages_with_ids,
     function_tool,
     int_field,
     number_field,
@@ -207,11 +207,7 @@ def translate_input(
                 )
         else:
             logger.debug("ignoring Responses input item of type %r", kind)
-    folded = fold_system_messages(messages)
-    before = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
-    after = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
-    remap = dict(zip(before, after, strict=False))
-    return folded, tuple((remap[k], wire_id) for k, wire_id in replayed)
+    return fold_system_messages_with_ids(messages, replayed)
 
 
 class OpenAIResponsesAdapter(Adapter):

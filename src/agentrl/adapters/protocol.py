@@ -28,6 +28,7 @@ __all__ = [
     "ToolCall",
     "expect_type",
     "fold_system_messages",
+    "fold_system_messages_with_ids",
     "sse_event",
 ]
 
@@ -241,6 +242,21 @@ def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, A
     if leading:
         folded.insert(0, {"role": "system", "content": "\n\n".join(leading)})
     return folded
+
+
+def fold_system_messages_with_ids(
+    messages: Sequence[dict[str, Any]], replayed: Sequence[tuple[int, str]]
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, str], ...]]:
+    """:func:`fold_system_messages`, moving each replayed id's message index along.
+
+    Replayed ids point at assistant messages. Folding merges only system and user
+    messages, so the k-th assistant message before the fold is the k-th after it.
+    """
+    folded = fold_system_messages(messages)
+    before = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
+    after = [k for k, m in enumerate(folded) if m["role"] == "assistant"]
+    remap = dict(zip(before, after, strict=False))
+    return folded, tuple((remap[k], wire_id) for k, wire_id in replayed)
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any] | str:
