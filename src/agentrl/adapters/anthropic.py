@@ -30,10 +30,9 @@ from agentrl.adapters.protocol import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    number_field,
     open_sse,
+    sampling_hints,
     sse_event,
-    stop_field,
 )
 
 __all__ = ["AnthropicAdapter"]
@@ -197,10 +196,7 @@ class AnthropicAdapter(Adapter):
             stream=bool(stream),
             model=expect_type(body.get("model"), str, "model") or "",
             max_tokens=int_field(body, "max_tokens"),
-            temperature=number_field(body, "temperature"),
-            top_p=number_field(body, "top_p"),
-            top_k=int_field(body, "top_k"),
-            stop=stop_field(body, "stop_sequences"),
+            **sampling_hints(body, stop_key="stop_sequences"),
             replayed_ids=replayed,
         )
 

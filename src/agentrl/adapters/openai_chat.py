@@ -28,11 +28,10 @@ from agentrl.adapters.protocol import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    number_field,
     open_sse,
     parse_arguments,
+    sampling_hints,
     sse_event,
-    stop_field,
 )
 
 __all__ = ["OpenAIChatAdapter"]
@@ -155,10 +154,7 @@ class OpenAIChatAdapter(Adapter):
             stream=bool(expect_type(body.get("stream"), bool, "stream")),
             model=expect_type(body.get("model"), str, "model") or "",
             max_tokens=max_tokens,
-            temperature=number_field(body, "temperature"),
-            top_p=number_field(body, "top_p"),
-            top_k=int_field(body, "top_k"),
-            stop=stop_field(body, "stop"),
+            **sampling_hints(body, stop_key="stop"),
             replayed_ids=replayed,
             context={"include_usage": bool(options.get("include_usage"))},
         )

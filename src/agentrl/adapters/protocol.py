@@ -29,6 +29,7 @@ __all__ = [
     "expect_type",
     "fold_system_messages",
     "fold_system_messages_with_ids",
+    "sampling_hints",
     "sse_event",
 ]
 
@@ -210,6 +211,20 @@ def stop_field(body: Mapping[str, Any], key: str) -> tuple[str, ...]:
     for i, item in enumerate(value):
         expect_type(item, str, f"{key}[{i}]", optional=False)
     return tuple(value)
+
+
+def sampling_hints(body: Mapping[str, Any], *, stop_key: str) -> dict[str, Any]:
+    """The client's ``temperature``, ``top_p``, ``top_k`` and stop strings, validated.
+
+    Every protocol spells the first three the same; ``stop_key`` names its stop field.
+    The result is keyword arguments for :class:`ChatRequest`.
+    """
+    return {
+        "temperature": number_field(body, "temperature"),
+        "top_p": number_field(body, "top_p"),
+        "top_k": int_field(body, "top_k"),
+        "stop": stop_field(body, stop_key),
+    }
 
 
 def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
