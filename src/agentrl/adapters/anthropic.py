@@ -26,6 +26,7 @@ from agentrl.adapters.protocol import (
     ChatRequest,
     ProtocolError,
     chat_tool_call,
+    content_text,
     expect_type,
     fold_system_messages_with_ids,
     function_tool,
@@ -51,24 +52,20 @@ _ERROR_TYPES = {
 }
 
 
+def _block_text(block: Mapping[str, Any], field: str) -> str | None:
+    kind = block.get("type")
+    if kind == "text":
+        return expect_type(block.get("text"), str, f"{field}.text") or ""
+    if kind in ("image", "document"):
+        return f"[{kind} omitted]"
+    if isinstance(block.get("text"), str):
+        return block["text"]
+    return None
+
+
 def _text_of(content: Any, field: str) -> str:
     """Join the text of a string or a list of content blocks (images become a marker)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    expect_type(content, list, field)
-    parts = []
-    for i, block in enumerate(content):
-        expect_type(block, dict, f"{field}[{i}]", optional=False)
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(expect_type(block.get("text"), str, f"{field}[{i}].text") or "")
-        elif kind in ("image", "document"):
-            parts.append(f"[{kind} omitted]")
-        elif "text" in block and isinstance(block["text"], str):
-            parts.append(block["text"])
-    return "\n".join(parts)
+    return content_text(content, field, _block_text)
 
 
 def _tool_result_text(block: Mapping[str, Any], field: str) -> str:

@@ -23,6 +23,7 @@ from agentrl.adapters.protocol import (
     ChatRequest,
     ProtocolError,
     chat_tool_call,
+    content_text,
     dump_arguments,
     expect_type,
     fold_system_messages_with_ids,
@@ -39,20 +40,17 @@ __all__ = ["OpenAIChatAdapter"]
 logger = logging.getLogger(__name__)
 
 
+def _part_text(part: Mapping[str, Any], field: str) -> str | None:
+    kind = part.get("type")
+    if kind in ("text", "input_text", "output_text"):
+        return expect_type(part.get("text"), str, f"{field}.text") or ""
+    if kind in ("image_url", "input_audio", "file"):
+        return f"[{kind} omitted]"
+    return None
+
+
 def _content_text(content: Any, field: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    expect_type(content, list, field)
-    parts = []
-    for i, part in enumerate(content):
-        expect_type(part, dict, f"{field}[{i}]", optional=False)
-        if part.get("type") in ("text", "input_text", "output_text"):
-            parts.append(expect_type(part.get("text"), str, f"{field}[{i}].text") or "")
-        elif part.get("type") in ("image_url", "input_audio", "file"):
-            parts.append(f"[{part['type']} omitted]")
-    return "\n".join(parts)
+    return content_text(content, field, _part_text)
 
 
 def translate_assistant(raw: Mapping[str, Any], field: str) -> tuple[dict[str, Any], list[str]]:

@@ -28,6 +28,7 @@ from agentrl.adapters.protocol import (
     ChatRequest,
     ProtocolError,
     chat_tool_call,
+    content_text,
     dump_arguments,
     expect_type,
     fold_system_messages_with_ids,
@@ -48,23 +49,19 @@ CUSTOM_INPUT = "input"
 _ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call")
 
 
+def _part_text(part: Mapping[str, Any], field: str) -> str | None:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+        return expect_type(part.get("text"), str, f"{field}.text") or ""
+    if kind in ("input_image", "input_file", "input_audio"):
+        return f"[{kind.removeprefix('input_')} omitted]"
+    if kind == "refusal":
+        return part.get("refusal") or ""
+    return None
+
+
 def _content_text(content: Any, field: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    expect_type(content, list, field)
-    parts = []
-    for i, part in enumerate(content):
-        expect_type(part, dict, f"{field}[{i}]", optional=False)
-        kind = part.get("type")
-        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            parts.append(expect_type(part.get("text"), str, f"{field}[{i}].text") or "")
-        elif kind in ("input_image", "input_file", "input_audio"):
-            parts.append(f"[{kind.removeprefix('input_')} omitted]")
-        elif kind == "refusal":
-            parts.append(part.get("refusal") or "")
-    return "\n".join(parts)
+    return content_text(content, field, _part_text)
 
 
 class ToolTable:

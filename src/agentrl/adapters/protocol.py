@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -26,6 +26,7 @@ __all__ = [
     "ChatRequest",
     "ProtocolError",
     "ToolCall",
+    "content_text",
     "expect_type",
     "fold_system_messages",
     "fold_system_messages_with_ids",
@@ -225,6 +226,29 @@ def sampling_hints(body: Mapping[str, Any], *, stop_key: str) -> dict[str, Any]:
         "top_k": int_field(body, "top_k"),
         "stop": stop_field(body, stop_key),
     }
+
+
+def content_text(
+    content: Any, field: str, part_text: Callable[[Mapping[str, Any], str], str | None]
+) -> str:
+    """The text of a string or a list of typed content parts, parts joined by newlines.
+
+    ``None`` is empty; every part must be an object. ``part_text(part, part_field)`` gives
+    one part's text in the protocol's terms, or ``None`` to leave the part out.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    expect_type(content, list, field)
+    parts = []
+    for i, part in enumerate(content):
+        part_field = f"{field}[{i}]"
+        expect_type(part, dict, part_field, optional=False)
+        text = part_text(part, part_field)
+        if text is not None:
+            parts.append(text)
+    return "\n".join(parts)
 
 
 def fold_system_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
