@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from agentrl.parsers.base import ToolCall, ToolCallResult, tool_names, tool_schemas
+from agentrl.parsers.base import (
+    ToolCall,
+    ToolCallParser,
+    ToolCallResult,
+    tool_names,
+    tool_schemas,
+)
 
 #: Parses one block's inner text into a call, or returns the reason it is malformed.
 BlockParser = Callable[[str, str, Mapping[str, Mapping[str, Any]]], "ToolCall | str"]
@@ -61,3 +68,27 @@ def scan_blocks(
     return ToolCallResult(
         normal_text=normal, calls=tuple(calls), ill_formed=bool(errors), errors=tuple(errors)
     )
+
+
+class TaggedToolCallParser(ToolCallParser):
+    """A format with one call per ``start_token…end_token`` block; subclasses parse a block."""
+
+    end_token: ClassVar[str]
+
+    @staticmethod
+    @abc.abstractmethod
+    def parse_block(
+        inner: str, raw: str, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> ToolCall | str:
+        """One block's inner text as a call, or the reason it is malformed."""
+
+    def parse(
+        self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ToolCallResult:
+        return scan_blocks(
+            text,
+            start=self.start_token,
+            end=self.end_token,
+            parse_block=self.parse_block,
+            tools=tools if tools is not None else self.tools,
+        )

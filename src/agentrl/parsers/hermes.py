@@ -18,11 +18,11 @@ unclosed tag, a tool not offered) is malformed: kept as text and ``ill_formed`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentrl.parsers._blocks import scan_blocks
-from agentrl.parsers.base import ToolCall, ToolCallParser, ToolCallResult
+from agentrl.parsers._blocks import TaggedToolCallParser
+from agentrl.parsers.base import ToolCall
 
 __all__ = ["HermesToolCallParser"]
 
@@ -50,20 +50,10 @@ def _parse_json_call(inner: str, raw: str, schemas: Mapping[str, Any]) -> ToolCa
     return ToolCall(name=name, arguments=arguments, raw=raw)
 
 
-class HermesToolCallParser(ToolCallParser):
+class HermesToolCallParser(TaggedToolCallParser):
     """JSON tool calls in ``<tool_call>…</tool_call>`` (the Qwen3 chat template's format)."""
 
     name: ClassVar[str] = "hermes"
     start_token: ClassVar[str] = "<tool_call>"
     end_token: ClassVar[str] = "</tool_call>"
-
-    def parse(
-        self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> ToolCallResult:
-        return scan_blocks(
-            text,
-            start=self.start_token,
-            end=self.end_token,
-            parse_block=_parse_json_call,
-            tools=tools if tools is not None else self.tools,
-        )
+    parse_block = staticmethod(_parse_json_call)

@@ -31,11 +31,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentrl.parsers._blocks import scan_blocks
-from agentrl.parsers.base import ToolCall, ToolCallParser, ToolCallResult
+from agentrl.parsers._blocks import TaggedToolCallParser
+from agentrl.parsers.base import ToolCall
 
 __all__ = ["Qwen3CoderToolCallParser", "convert_parameter"]
 
@@ -125,20 +125,10 @@ def _parse_xml_call(inner: str, raw: str, schemas: Mapping[str, Any]) -> ToolCal
     return ToolCall(name=name, arguments=arguments, raw=raw)
 
 
-class Qwen3CoderToolCallParser(ToolCallParser):
+class Qwen3CoderToolCallParser(TaggedToolCallParser):
     """``<tool_call><function=NAME><parameter=K>V</parameter>…</function></tool_call>``."""
 
     name: ClassVar[str] = "qwen3_coder"
     start_token: ClassVar[str] = "<tool_call>"
     end_token: ClassVar[str] = "</tool_call>"
-
-    def parse(
-        self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> ToolCallResult:
-        return scan_blocks(
-            text,
-            start=self.start_token,
-            end=self.end_token,
-            parse_block=_parse_xml_call,
-            tools=tools if tools is not None else self.tools,
-        )
+    parse_block = staticmethod(_parse_xml_call)
