@@ -368,6 +368,22 @@ async def test_an_engine_that_fails_is_an_infra_error(task, sandboxes, middlewar
     assert all(s.reward == 0.0 for s in result.samples)
 
 
+async def test_a_cli_whose_calls_never_reach_the_engine_is_an_infra_error(
+    task, sandboxes, middleware, scripted_engine
+):
+    """A wrong session token: every call is refused with 401, so nothing trains."""
+    harness = ClaudeCodeHarness(
+        cli_path=sandboxes.cli_paths["claude_code"],
+        extra_args=(),
+        extra_env={"ANTHROPIC_AUTH_TOKEN": "not-a-session-token", "CLAUDE_CODE_MAX_RETRIES": "0"},
+    )
+    result = await rollout(task, harness, sandboxes, middleware)
+
+    assert result.outcome is Outcome.INFRA_ERROR and result.remove_sample, result.error
+    assert "without one model call reaching the engine" in result.error
+    assert result.turns == 0 and result.samples == () and not scripted_engine.generate_requests
+
+
 async def test_a_grader_that_cannot_run_is_a_grader_error(
     task, sandboxes, middleware, scripted_engine
 ):

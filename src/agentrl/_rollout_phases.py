@@ -85,7 +85,7 @@ class State:
     error: str | None = None
     session_open: bool = False
     unrecorded_turns: int = 0
-    prepare_details: dict[str, Any] = attrs.field(factory=dict)
+    recorded_turns: int = 0
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -174,7 +174,7 @@ class Phases:
             with state.timed("prepare"):
                 # The grader brings the workspace to the task's base (pre_commands and
                 # the like), exactly as it will in the grading sandbox.
-                state.prepare_details = await _guarded(
+                await _guarded(
                     "prepare the workspace for the task",
                     asyncio.wait_for(self.grader.prepare(sandbox, task), config.prepare_timeout),
                 )
@@ -209,6 +209,7 @@ class Phases:
                     harness.run(sandbox, ctx, prompt, config.agent_time_budget),
                 )
                 session = self.middleware.session(state.sid)
+                state.recorded_turns = session.turns_recorded
                 state.unrecorded_turns = session.turns_started - session.turns_recorded
             with state.timed("diff"):
                 excludes = (config.problem_file, *harness.workspace_excludes)
@@ -348,11 +349,12 @@ def classify(state: State, turns: list[tuple[int, int, str]], config: RolloutCon
     code = state.exit_code
     if code is None:
         state.fail(Outcome.INFRA_ERROR, state.error or "the agent never ran")
-    elif not turns and code != EXIT_TIME_BUDGET_EXCEEDED:
+    elif not turns and not state.recorded_turns:
+        ended = "ran out of time" if code == EXIT_TIME_BUDGET_EXCEEDED else f"exited {code}"
         state.fail(
             Outcome.INFRA_ERROR,
-            f"the agent CLI made no model call that reached the engine (exit code {code}); "
-            "check its log: the middleware URL or token may be wrong, or the engine is down",
+            f"the agent CLI {ended} without one model call reaching the engine; check its "
+            "log: the middleware URL or token may be wrong, or the engine is down or stuck",
         )
     elif code not in (0, EXIT_TIME_BUDGET_EXCEEDED) and state.unrecorded_turns:
         state.fail(

@@ -188,7 +188,9 @@ class Harness(abc.ABC):
 
     * ``tarballs``: host paths of npm tarballs (``npm pack`` output, the CLI's package plus
       its platform package); uploaded and installed with ``npm install -g`` into
-      ``{state_dir}/npm``, retried with jittered backoff on transient npm failures.
+      ``{state_dir}/npm`` (``--offline`` unless ``npm_offline=False``, for tarballs whose
+      dependencies come from a registry), retried with jittered backoff on transient npm
+      failures.
     * ``cli_path``: the CLI's executable as the sandbox sees it (e.g. a host install bound
       read-only into a local sandbox).
     * otherwise the CLI's binary name on the sandbox's ``PATH``.
@@ -219,6 +221,7 @@ class Harness(abc.ABC):
     state_dir: str = DEFAULT_STATE_DIR
     install_attempts: int = 4
     install_backoff: float = 2.0
+    npm_offline: bool = True
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -370,8 +373,13 @@ class Harness(abc.ABC):
             "npm_config_audit": "false",
             "npm_config_engine_strict": "false",
         }
+        # Offline by default: the tarballs carry everything, and npm would otherwise try
+        # to fetch the metadata of every optional platform package and hang without a
+        # registry. An optional package npm cannot resolve offline is skipped.
+        offline = " --offline" if self.npm_offline else ""
         cmd = self.with_path(
-            "npm install -g --no-save --loglevel=error " + " ".join(map(shlex.quote, remote))
+            f"npm install -g --no-save --loglevel=error{offline} "
+            + " ".join(map(shlex.quote, remote))
         )
         for attempt in range(1, self.install_attempts + 1):
             result = await sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False)
