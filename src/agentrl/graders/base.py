@@ -16,7 +16,16 @@ import attrs
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.types import Grade, Task
 
-__all__ = ["DEFAULT_GRADE_TIMEOUT", "Grader", "SandboxFactory", "fresh_sandbox", "grade_timeout"]
+__all__ = [
+    "DEFAULT_GRADE_TIMEOUT",
+    "Grader",
+    "SandboxFactory",
+    "cannot_grade",
+    "fresh_sandbox",
+    "grade_timeout",
+    "grader_failed",
+    "grading_timed_out",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,29 @@ def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = No
             raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
         return seconds
     return DEFAULT_GRADE_TIMEOUT
+
+
+def cannot_grade(reason: str) -> Grade:
+    """The grade of a task :meth:`Grader.check` turned down: nothing was applied or run."""
+    return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+
+
+def grader_failed(exc: BaseException) -> Grade:
+    """The grade when grading itself broke (sandbox, upload, spec), not the agent's diff."""
+    return Grade(
+        reward=0.0,
+        applied_cleanly=False,
+        error=f"grader failed: {type(exc).__name__}: {exc}",
+    )
+
+
+def grading_timed_out(timeout: float, details: dict[str, Any]) -> Grade:
+    """The grade when the tests ran past the ``timeout`` seconds budget."""
+    return Grade(
+        reward=0.0,
+        error=f"grading timed out after {timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
+        details=details,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,15 @@ from typing import Any
 
 import attrs
 
-from agentrl.graders.base import Grader, SandboxFactory, fresh_sandbox, grade_timeout
+from agentrl.graders.base import (
+    Grader,
+    SandboxFactory,
+    cannot_grade,
+    fresh_sandbox,
+    grade_timeout,
+    grader_failed,
+    grading_timed_out,
+)
 from agentrl.graders.patching import (
     DEFAULT_TEST_PATTERNS,
     SCALESWE_LADDER,
@@ -271,7 +279,7 @@ class ScaleSWEGrader(Grader):
     async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
         reason = self.check(task)
         if reason:
-            return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+            return cannot_grade(reason)
         try:
             async with fresh_sandbox(sandbox_factory, task) as sandbox:
                 return await self._grade_in(sandbox, task, diff)
@@ -279,11 +287,7 @@ class ScaleSWEGrader(Grader):
             raise
         except Exception as exc:
             logger.warning("grading %s failed: %r", task.instance_id, exc)
-            return Grade(
-                reward=0.0,
-                applied_cleanly=False,
-                error=f"grader failed: {type(exc).__name__}: {exc}",
-            )
+            return grader_failed(exc)
 
     async def _grade_in(self, sandbox: Sandbox, task: Task, diff: str) -> Grade:
         grading = task.grading
@@ -329,11 +333,7 @@ class ScaleSWEGrader(Grader):
         details["exit_code"] = result.exit_code
         details["output_tail"] = _tail(result.stdout + result.stderr)
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
-            return Grade(
-                reward=0.0,
-                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
-                details=details,
-            )
+            return grading_timed_out(self.timeout, details)
         return Grade(reward=1.0 if result.exit_code == 0 else 0.0, details=details)
 
     async def _upload_swepro(self, sandbox: Sandbox, swepro: Mapping[str, Any]) -> None:
@@ -359,11 +359,7 @@ class ScaleSWEGrader(Grader):
         )
         details["exit_code"] = run.exit_code
         if run.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
-            return Grade(
-                reward=0.0,
-                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
-                details=details,
-            )
+            return grading_timed_out(self.timeout, details)
         parsed = await sandbox.exec(
             'py="$(command -v python3 || command -v python)" && '
             f'"$py" {here}/parser.py {here}/stdout.log {here}/stderr.log {here}/result.json '

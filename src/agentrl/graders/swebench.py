@@ -22,7 +22,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentrl.graders.base import Grader, SandboxFactory, fresh_sandbox, grade_timeout
+from agentrl.graders.base import (
+    Grader,
+    SandboxFactory,
+    cannot_grade,
+    fresh_sandbox,
+    grade_timeout,
+    grader_failed,
+    grading_timed_out,
+)
 from agentrl.graders.patching import (
     GIT_ANY_OWNER,
     apply_patch,
@@ -240,7 +248,7 @@ class SWEBenchGrader(Grader):
     async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
         reason = await asyncio.to_thread(self.check, task)
         if reason:
-            return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+            return cannot_grade(reason)
         try:
             spec = await asyncio.to_thread(self.build_test_spec, task)
             ladder = self.ladder or await asyncio.to_thread(swebench_ladder)
@@ -266,20 +274,12 @@ class SWEBenchGrader(Grader):
             raise
         except Exception as exc:
             logger.warning("grading %s failed: %r", task.instance_id, exc)
-            return Grade(
-                reward=0.0,
-                applied_cleanly=False,
-                error=f"grader failed: {type(exc).__name__}: {exc}",
-            )
+            return grader_failed(exc)
         log = result.stdout + result.stderr
         details["eval_exit_code"] = result.exit_code
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
             details["log_tail"] = log[-_LOG_TAIL:]
-            return Grade(
-                reward=0.0,
-                error=f"grading timed out after {self.timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
-                details=details,
-            )
+            return grading_timed_out(self.timeout, details)
         try:
             info = await asyncio.to_thread(eval_report, spec, task.instance_id, diff, log)
         except Exception as exc:
