@@ -1,4 +1,4 @@
-"""The grader contract's helpers: the grading time budget and path resolution."""
+"""The grader contract's helpers: the grading time budget, path resolution, error grades."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ import pathlib
 
 import pytest
 
-from agentrl.graders.base import DEFAULT_GRADE_TIMEOUT, grade_timeout
+from agentrl.graders.base import (
+    DEFAULT_GRADE_TIMEOUT,
+    cannot_grade,
+    grade_timeout,
+    grader_failed,
+    grading_timed_out,
+)
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.types import Task
 
@@ -56,3 +62,46 @@ def test_resolve_paths_leaves_absolute_and_remote_sources(tmp_path):
     task = Task(instance_id="a", problem_statement="", repo="repo")
     assert grader.resolve_paths(task, None).repo == "repo"
     assert pathlib.Path(grader.resolve_paths(task, tmp_path).repo).is_absolute()
+
+
+def test_error_grades_say_what_happened():
+    """Refused, failed and timed-out grades carry no reward and a message naming the cause."""
+    refused = cannot_grade("no grading method")
+    assert (refused.reward, refused.applied_cleanly) == (0.0, False)
+    assert refused.error == "cannot grade: no grading method"
+    failed = grader_failed(RuntimeError("image pull denied"))
+    assert (failed.reward, failed.applied_cleanly) == (0.0, False)
+    assert failed.error == "grader failed: RuntimeError: image pull denied"
+    details = {"exit_code": 124}
+    late = grading_timed_out(2.5, details)
+    assert late.reward == 0.0 and late.applied_cleanly and late.details == details
+    assert late.error == "grading timed out after 2.5s (raise AGENTRL_GRADE_TIMEOUT)"
+
+
+async def test_a_sandbox_factory_that_raises_becomes_a_grader_failed_grade(tmp_path):
+    """An error outside the diff's control (the sandbox cannot be built) is Grade.error."""
+    grader = ScaleSWEGrader()
+    task = grader.parse_task(
+        {"metadata": {"instance_id": "a", "repo": str(tmp_path), "eval_cmd": "true"}}
+    )
+    assert grader.check(task) is None
+
+    def broken_factory(task: Task):
+        raise RuntimeError("no sandbox backend")
+
+    grade = await grader.grade(task, "", broken_factory)
+    assert (grade.reward, grade.applied_cleanly) == (0.0, False)
+    assert grade.error == "grader failed: RuntimeError: no sandbox backend"
+
+
+async def test_a_task_check_turns_down_is_graded_without_a_sandbox():
+    """A task with no grading method is refused before any sandbox is built."""
+    grader = ScaleSWEGrader()
+    task = grader.parse_task({"metadata": {"instance_id": "a", "image": "img"}})
+
+    def unused_factory(task: Task):
+        raise AssertionError("a refused task must not build a sandbox")
+
+    grade = await grader.grade(task, "", unused_factory)
+    assert grade.error is not None and grade.error.startswith("cannot grade: no grading method")
+    assert (grade.reward, grade.applied_cleanly) == (0.0, False)
