@@ -187,6 +187,24 @@ def headers_for(request: dict[str, Any], token: str) -> dict[str, str]:
     return headers
 
 
+def assistant_turn(turn_index: int, **overrides: Any):
+    """An empty ``stop`` turn; its minted ids and seals name the kind and ``turn_index``."""
+    from agentrl.adapters.protocol import AssistantTurn
+
+    defaults = dict(
+        turn_index=turn_index,
+        text="",
+        reasoning=None,
+        tool_calls=(),
+        finish_reason="stop",
+        prompt_tokens=10,
+        output_tokens=5,
+        mint=lambda kind, i: f"{kind}_t{turn_index}n{i}_x",
+        seal=lambda kind, text: f"sealed-{kind}-{turn_index}",
+    )
+    return AssistantTurn(**{**defaults, **overrides})
+
+
 def qwen_parsers():
     from agentrl.parsers.hermes import HermesToolCallParser
     from agentrl.parsers.reasoning import Qwen3ReasoningParser

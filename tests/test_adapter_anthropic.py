@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
 from agentrl.adapters.anthropic import AnthropicAdapter, _block_events, translate_assistant
-from agentrl.adapters.protocol import AssistantTurn, ProtocolError, ToolCall
-from middleware_support import FIXTURES
+from agentrl.adapters.protocol import ProtocolError, ToolCall
+from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = AnthropicAdapter()
-
-
-def turn(**kwargs) -> AssistantTurn:
-    defaults = dict(
-        turn_index=3,
-        text="",
-        reasoning=None,
-        tool_calls=(),
-        finish_reason="stop",
-        prompt_tokens=10,
-        output_tokens=5,
-        mint=lambda kind, i: f"{kind}_t3n{i}_x",
-        seal=lambda kind, text: f"sealed-{kind}-3",
-    )
-    return AssistantTurn(**{**defaults, **kwargs})
+turn = functools.partial(assistant_turn, 3)
 
 
 def test_system_blocks_and_mid_list_system_fold_into_user_turns():

@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
 from agentrl.adapters.openai_chat import OpenAIChatAdapter, translate_assistant
-from agentrl.adapters.protocol import AssistantTurn, ProtocolError, ToolCall
-from middleware_support import FIXTURES
+from agentrl.adapters.protocol import ProtocolError, ToolCall
+from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIChatAdapter()
-
-
-def turn(**kwargs) -> AssistantTurn:
-    defaults = dict(
-        turn_index=2,
-        text="",
-        reasoning=None,
-        tool_calls=(),
-        finish_reason="stop",
-        prompt_tokens=10,
-        output_tokens=5,
-        mint=lambda kind, i: f"{kind}_t2n{i}_x",
-        seal=lambda kind, text: "s",
-    )
-    return AssistantTurn(**{**defaults, **kwargs})
+turn = functools.partial(assistant_turn, 2)
 
 
 def test_codex_094_history_translates():

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 from agentrl.adapters.openai_responses import OpenAIResponsesAdapter, ToolTable, translate_input
-from agentrl.adapters.protocol import AssistantTurn, ToolCall
-from middleware_support import FIXTURES
+from agentrl.adapters.protocol import ToolCall
+from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIResponsesAdapter()
-
-
-def turn(**kwargs) -> AssistantTurn:
-    defaults = dict(
-        turn_index=1,
-        text="",
-        reasoning=None,
-        tool_calls=(),
-        finish_reason="stop",
-        prompt_tokens=10,
-        output_tokens=5,
-        mint=lambda kind, i: f"{kind}_t1n{i}_x",
-        seal=lambda kind, text: f"sealed-{kind}",
-    )
-    return AssistantTurn(**{**defaults, **kwargs})
+turn = functools.partial(assistant_turn, 1)
 
 
 def fixture_body(name: str) -> dict:
@@ -101,7 +88,7 @@ def test_custom_and_namespaced_calls_reply_in_their_wire_forms():
         "apply_patch",
         "spawn_agent",
     ]
-    assert "sealed-reasoning" in [wire_id for _, wire_id in ids]
+    assert "sealed-reasoning-1" in [wire_id for _, wire_id in ids]
 
 
 def test_same_function_name_in_two_namespaces_stays_distinct():
