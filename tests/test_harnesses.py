@@ -9,10 +9,12 @@ we write with ``--strict-config``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
     import tomli as tomllib
 
-from agentrl.harnesses.base import HarnessContext, HarnessError, parse_extra_args, parse_extra_env
+from agentrl.harnesses.base import (
+    HarnessContext,
+    HarnessError,
+    npm_install_specs,
+    parse_extra_args,
+    parse_extra_env,
+)
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
@@ -201,6 +209,41 @@ def test_host_install_binds_the_install_at_its_own_path(tmp_path):
     assert binds == {root: root} and cli.startswith(root + "/")
     with pytest.raises(HarnessError, match=r"install-clis\.sh"):
         CodexHarness.host_install(tmp_path)
+
+
+def _npm_tarball(path: Path, manifest: dict) -> str:
+    data = json.dumps(manifest).encode()
+    with tarfile.open(path, "w:gz") as archive:
+        info = tarfile.TarInfo("package/package.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_a_platform_package_behind_an_npm_alias_installs_under_the_alias(tmp_path):
+    """Codex's platform tarball shares the main package's name: it installs as its alias."""
+    main = _npm_tarball(
+        tmp_path / "openai-codex-0.171.0.tgz",
+        {
+            "name": "@openai/codex",
+            "version": "0.171.0",
+            "optionalDependencies": {
+                "@openai/codex-linux-x64": "npm:@openai/codex@0.171.0-linux-x64",
+                "@openai/codex-darwin-arm64": "npm:@openai/codex@0.171.0-darwin-arm64",
+            },
+        },
+    )
+    platform = _npm_tarball(
+        tmp_path / "openai-codex-0.171.0-linux-x64.tgz",
+        {"name": "@openai/codex", "version": "0.171.0-linux-x64"},
+    )
+    assert npm_install_specs([main, platform]) == [
+        (main, None),
+        (platform, "@openai/codex-linux-x64"),
+    ]
+    (tmp_path / "junk.tgz").write_bytes(b"not a tarball")
+    with pytest.raises(HarnessError, match="not a readable npm package tarball"):
+        npm_install_specs([str(tmp_path / "junk.tgz")])
 
 
 # -- install and run in a sandbox --------------------------------------------------------

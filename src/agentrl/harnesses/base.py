@@ -20,6 +20,7 @@ import pathlib
 import random
 import re
 import shlex
+import tarfile
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -41,6 +42,7 @@ __all__ = [
     "HarnessError",
     "give_to_user",
     "jittered_backoff",
+    "npm_install_specs",
     "parse_extra_args",
     "parse_extra_env",
 ]
@@ -126,6 +128,40 @@ def parse_extra_env(environ: Mapping[str, str], names: Sequence[str]) -> dict[st
             f'set it like {name}=\'{{"KEY": "value"}}\''
         )
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+def _package_json(tarball: str) -> dict[str, Any]:
+    try:
+        with tarfile.open(tarball, "r:*") as archive:
+            for member in archive:
+                if member.name.count("/") == 1 and member.name.endswith("/package.json"):
+                    handle = archive.extractfile(member)
+                    if handle is not None:
+                        return json.load(handle)
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        raise HarnessError(
+            f"{tarball} is not a readable npm package tarball ({exc}); make it with `npm pack`"
+        ) from exc
+    raise HarnessError(f"{tarball} is not an npm package tarball (no package/package.json)")
+
+
+def npm_install_specs(tarballs: Sequence[str]) -> list[tuple[str, str | None]]:
+    """``(tarball, alias)`` pairs: the name each tarball must be installed under.
+
+    A platform package that a CLI pulls in through an npm alias (Codex's
+    ``"@openai/codex-linux-x64": "npm:@openai/codex@0.171.0-linux-x64"``) carries the main
+    package's name; it is installed under its alias so the two do not collide.
+    """
+    manifests = [_package_json(t) for t in tarballs]
+    aliases: dict[str, str] = {}
+    for manifest in manifests:
+        for alias, spec in (manifest.get("optionalDependencies") or {}).items():
+            if isinstance(spec, str) and spec.startswith("npm:"):
+                aliases[spec[4:]] = alias
+    return [
+        (tarball, aliases.get(f"{m.get('name')}@{m.get('version')}"))
+        for tarball, m in zip(tarballs, manifests, strict=True)
+    ]
 
 
 async def give_to_user(sandbox: Sandbox, user: str, paths: Sequence[str]) -> None:
@@ -357,12 +393,13 @@ class Harness(abc.ABC):
         )
 
     async def _npm_install(self, sandbox: Sandbox) -> str:
+        specs = await asyncio.to_thread(npm_install_specs, self.tarballs)
         remote = []
-        for tarball in self.tarballs:
+        await self._root(sandbox, f"mkdir -p {shlex.quote(self.state_dir)}/pkgs")
+        for tarball, alias in specs:
             path = f"{self.state_dir}/pkgs/{pathlib.Path(tarball).name}"
-            await self._root(sandbox, f"mkdir -p {shlex.quote(self.state_dir)}/pkgs")
             await sandbox.write_file(path, pathlib.Path(tarball))
-            remote.append(path)
+            remote.append(f"{alias}@file:{path}" if alias else path)
         prefix = f"{self.state_dir}/npm"
         env = {
             "HOME": f"{self.state_dir}/npm-home",
