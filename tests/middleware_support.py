@@ -147,16 +147,19 @@ def chat_message(events: list[tuple[str | None, Any]]) -> tuple[dict[str, Any], 
     return message, finish
 
 
-def stub_reply(request: dict[str, Any]) -> Any:
-    """The reply the capture stub sent, rebuilt in its protocol's terms."""
-    payload = request["stub_response"]["payload"]
-    protocol = PROTOCOL_OF_PATH[request["path"]]
-    events = parse_sse(payload)
+def parse_reply(protocol: str, text: str) -> Any:
+    """A streamed reply (SSE text) rebuilt in ``protocol``'s terms, its event order checked."""
+    events = parse_sse(text)
     if protocol == "anthropic":
         return anthropic_message(events)
     if protocol == "openai_responses":
         return responses_object(events)
     return chat_message(events)[0]
+
+
+def stub_reply(request: dict[str, Any]) -> Any:
+    """The reply the capture stub sent, rebuilt in its protocol's terms."""
+    return parse_reply(PROTOCOL_OF_PATH[request["path"]], request["stub_response"]["payload"])
 
 
 def render_assistant(tokenizer, messages, tools, assistant) -> str:
