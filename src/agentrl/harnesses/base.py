@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import json
 import logging
 import os
 import pathlib
-import random
-import re
 import shlex
-import tarfile
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
+from agentrl.harnesses.errors import HarnessError
+from agentrl.harnesses.npm import (
+    TRANSIENT_NPM,
+    jittered_backoff,
+    npm_install_specs,
+)
+from agentrl.harnesses.options import parse_extra_args, parse_extra_env
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     Sandbox,
@@ -53,12 +56,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = "/tmp/agentrl-harness"
 #: The most of the agent's own log kept with a rollout result.
 MAX_AGENT_LOG_BYTES = 4 << 20
-#: npm failures worth retrying: network trouble and registry hiccups, not bad packages.
-_TRANSIENT_NPM = re.compile(
-    r"ECONNRESET|ETIMEDOUT|ESOCKETTIMEDOUT|EAI_AGAIN|ECONNREFUSED|ENOTFOUND|EPIPE|"
-    r"socket hang up|network|E429|E5\d\d|503 Service|502 Bad Gateway|504 Gateway",
-    re.IGNORECASE,
-)
 
 
 #: The agent's ``~/.profile``: login shells (Codex runs ``sh -lc``) source /etc/profile,
@@ -66,102 +63,6 @@ _TRANSIENT_NPM = re.compile(
 _PROFILE = """\
 if [ -n "${AGENTRL_PATH:-}" ]; then PATH="$AGENTRL_PATH"; export PATH; fi
 """
-
-
-class HarnessError(Exception):
-    """The harness could not install, configure or launch its CLI."""
-
-
-def jittered_backoff(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): exponential, capped, full jitter."""
-    return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
-
-
-def _environ_value(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, str] | None:
-    for name in names:
-        raw = environ.get(name, "")
-        if raw.strip():
-            return name, raw
-    return None
-
-
-def parse_extra_args(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
-    """Extra CLI arguments from the first set variable of ``names``: a JSON list of strings.
-
-    A value that is not JSON is split like a shell command line, so
-    ``--max-turns 50`` works as well as ``["--max-turns", "50"]``.
-    """
-    found = _environ_value(environ, names)
-    if found is None:
-        return ()
-    name, raw = found
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        return tuple(shlex.split(raw))
-    if isinstance(value, str):
-        return tuple(shlex.split(value))
-    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
-        raise HarnessError(
-            f"{name} must be a JSON list of strings, got {raw[:200]!r}; "
-            f'set it like {name}=\'["--max-turns", "50"]\''
-        )
-    return tuple(str(v) for v in value)
-
-
-def parse_extra_env(environ: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
-    """Extra CLI environment from the first set variable of ``names``: a JSON object."""
-    found = _environ_value(environ, names)
-    if found is None:
-        return {}
-    name, raw = found
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise HarnessError(
-            f"{name} is not valid JSON ({exc}); set it to an object such as "
-            f'{name}=\'{{"BASH_DEFAULT_TIMEOUT_MS": "600000"}}\''
-        ) from None
-    if not isinstance(value, dict):
-        raise HarnessError(
-            f"{name} must be a JSON object of environment variables, got {type(value).__name__}; "
-            f'set it like {name}=\'{{"KEY": "value"}}\''
-        )
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
-
-
-def _package_json(tarball: str) -> dict[str, Any]:
-    try:
-        with tarfile.open(tarball, "r:*") as archive:
-            for member in archive:
-                if member.name.count("/") == 1 and member.name.endswith("/package.json"):
-                    handle = archive.extractfile(member)
-                    if handle is not None:
-                        return json.load(handle)
-    except (tarfile.TarError, OSError, ValueError) as exc:
-        raise HarnessError(
-            f"{tarball} is not a readable npm package tarball ({exc}); make it with `npm pack`"
-        ) from exc
-    raise HarnessError(f"{tarball} is not an npm package tarball (no package/package.json)")
-
-
-def npm_install_specs(tarballs: Sequence[str]) -> list[tuple[str, str | None]]:
-    """``(tarball, alias)`` pairs: the name each tarball must be installed under.
-
-    A platform package that a CLI pulls in through an npm alias (Codex's
-    ``"@openai/codex-linux-x64": "npm:@openai/codex@0.171.0-linux-x64"``) carries the main
-    package's name; it is installed under its alias so the two do not collide.
-    """
-    manifests = [_package_json(t) for t in tarballs]
-    aliases: dict[str, str] = {}
-    for manifest in manifests:
-        for alias, spec in (manifest.get("optionalDependencies") or {}).items():
-            if isinstance(spec, str) and spec.startswith("npm:"):
-                aliases[spec[4:]] = alias
-    return [
-        (tarball, aliases.get(f"{m.get('name')}@{m.get('version')}"))
-        for tarball, m in zip(tarballs, manifests, strict=True)
-    ]
 
 
 async def give_to_user(sandbox: Sandbox, user: str, paths: Sequence[str]) -> None:
@@ -423,7 +324,7 @@ class Harness(abc.ABC):
             if result.exit_code == 0:
                 break
             output = (result.stderr + "\n" + result.stdout).strip()
-            transient = bool(_TRANSIENT_NPM.search(output))
+            transient = bool(TRANSIENT_NPM.search(output))
             if not transient or attempt == self.install_attempts:
                 raise HarnessError(
                     f"{self.name}: `npm install -g` of {', '.join(self.tarballs)} failed "
