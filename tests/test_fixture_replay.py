@@ -19,12 +19,9 @@ from middleware_support import (
     PATH_REWRITES,
     PROTOCOL_OF_PATH,
     all_adapters,
-    anthropic_message,
-    chat_message,
     headers_for,
     load_requests,
-    parse_sse,
-    responses_object,
+    parse_reply,
     scenario_dirs,
     scenario_id,
     stub_reply,
@@ -102,15 +99,6 @@ def _ids_of(protocol: str, reply) -> list[str]:
     return [c["id"] for c in reply.get("tool_calls", ())]
 
 
-def _parse_reply(protocol: str, text: str):
-    events = parse_sse(text)
-    if protocol == "anthropic":
-        return anthropic_message(events)
-    if protocol == "openai_responses":
-        return responses_object(events)
-    return chat_message(events)[0]
-
-
 def _trained_runs(sample) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     runs, ids, lps = [], [], []
     response = sample.tokens[sample.prompt_length :]
@@ -165,7 +153,7 @@ async def test_captured_scenario_replays_with_exact_trajectory(
             text = await response.text()
             assert response.status == 200, text
             assert response.headers["Content-Type"].startswith("text/event-stream")
-        reply = _parse_reply(protocol, text)
+        reply = parse_reply(protocol, text)
         assert _assistant_message(protocol, reply, chat) == expected
         stub_ids, our_ids = _ids_of(protocol, expected_reply), _ids_of(protocol, reply)
         assert len(stub_ids) == len(our_ids)
