@@ -33,7 +33,7 @@ from agentrl.harnesses.base import (
 )
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
-from agentrl.harnesses.workspace import capture_diff, prepare_workspace
+from agentrl.harnesses.workspace import capture_diff, ensure_user, prepare_workspace
 from agentrl.plugins import get_harness
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import Task
@@ -355,3 +355,11 @@ async def test_a_failing_pre_command_is_reported(sandbox):
     task = Task(instance_id="t-2", problem_statement="x", pre_commands=("echo nope >&2; exit 4",))
     with pytest.raises(HarnessError, match=r"pre_command 1/1 of task t-2 exited with code 4.*nope"):
         await prepare_workspace(sandbox, task)
+
+
+async def test_a_missing_agent_user_is_created_or_explained(sandbox):
+    """The existing agent user passes; one that cannot be created names both fixes."""
+    await ensure_user(sandbox, "agent")
+    await ensure_user(sandbox, "root")
+    with pytest.raises(HarnessError, match=r"(?s)no user 'builder'.*agent_user='root'"):
+        await ensure_user(sandbox, "builder")  # /etc is read-only in the local sandbox

@@ -260,6 +260,25 @@ async def test_a_policy_that_changes_nothing_is_unsolved(
     assert result.samples and all(s.reward == 0.0 for s in result.samples)
 
 
+async def test_claude_code_runs_as_root_with_is_sandbox(
+    task, sandboxes, middleware, scripted_engine
+):
+    """As root Claude Code needs IS_SANDBOX=1 for bypassPermissions; the harness sets it."""
+    scripted_engine.queue(tool_call("Read", file_path=CORE))
+    scripted_engine.queue("Nothing to change.")
+    result = await rollout(
+        task,
+        sandboxes.harness("claude_code"),
+        sandboxes,
+        middleware,
+        config=config(agent_user="root"),
+    )
+
+    assert result.outcome is Outcome.UNSOLVED, (result.error, result.agent_log[-1500:])
+    assert result.agent_exit_code == 0 and result.turns == 2
+    assert '"permissionMode":"bypassPermissions"' in result.agent_log
+
+
 async def test_a_cli_that_exits_nonzero_is_an_agent_error(
     task, sandboxes, middleware, scripted_engine
 ):

@@ -18,7 +18,7 @@ from agentrl.harnesses.base import HarnessError, give_to_user
 from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Task
 
-__all__ = ["BASELINE_REF", "capture_diff", "prepare_workspace"]
+__all__ = ["BASELINE_REF", "capture_diff", "ensure_user", "prepare_workspace"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ async def prepare_workspace(
 ) -> str:
     """Run ``task.pre_commands``, snapshot the baseline, write the problem statement.
 
-    Returns the baseline commit id. The workdir (``.git`` included) is handed to ``user``.
+    Returns the baseline commit id. The workdir (``.git`` included) is handed to ``user``
+    (created first when the image has no such account).
     Raises ``HarnessError`` when a pre-command fails or git is missing. A rollout passes
     ``run_pre_commands=False``: there the grader's ``prepare`` runs them, as it does
     before grading.
@@ -104,8 +105,29 @@ async def prepare_workspace(
             f"(exit {result.exit_code}): {(result.stderr or result.stdout).strip()[-800:]}"
         )
     await sandbox.write_file(f"{task.workdir.rstrip('/')}/{problem_file}", task.problem_statement)
+    await ensure_user(sandbox, user)
     await give_to_user(sandbox, user, [task.workdir])
     return commit[0]
+
+
+async def ensure_user(sandbox: Sandbox, user: str) -> None:
+    """Create the unprivileged ``user`` when the sandbox's image has no such account."""
+    if user == "root":
+        return
+    q = shlex.quote(user)
+    script = (
+        f"id -u {q} >/dev/null 2>&1 && exit 0\n"
+        f"useradd -m -s /bin/sh {q} 2>/dev/null || adduser -D {q} 2>/dev/null || "
+        f"adduser --disabled-password --gecos '' {q}\n"
+        f"id -u {q}\n"
+    )
+    result = await sandbox.exec(script, user="root", timeout=60)
+    if result.exit_code != 0:
+        raise HarnessError(
+            f"the sandbox has no user {user!r} and creating it failed "
+            f"({(result.stderr or result.stdout).strip()[-300:]}); add the user to the "
+            "image, or run the agent as root (RolloutConfig(agent_user='root'))"
+        )
 
 
 async def capture_diff(
