@@ -245,7 +245,7 @@ async def run_rollout(
         diff=state.diff,
         grade=state.grade,
         agent_exit_code=state.exit_code,
-        turns=len(turns),
+        turns=max(len(turns), state.recorded_turns),
         sampled_tokens=sum(output for _, output, _ in turns),
         timings=dict(state.timings),
         agent_log=state.agent_log,
