@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from agentrl.adapters.base import Middleware
 from agentrl.engines.sglang import SGLangEngine
+from agentrl.graders.check import host_python_options
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -138,14 +138,11 @@ class Sandboxes:
 
     def __init__(self, middleware: Middleware) -> None:
         binds, self.cli_paths = _cli_binds()
-        python = sys.base_prefix  # the tests' Python (with pytest), bound read-only
+        python = host_python_options()  # this interpreter (and its pytest), bound read-only
         self.options = {
             "services": {SANDBOX_PORT: middleware.unix_path},
-            "ro_binds": {**binds, python: python},
-            "env": {
-                "PATH": f"{python}/bin:/usr/local/bin:/usr/bin:/bin",
-                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            },
+            "ro_binds": {**binds, **python["ro_binds"]},
+            "env": python["env"],
         }
         self.built: list[LocalSandbox] = []
 
