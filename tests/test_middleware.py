@@ -96,6 +96,22 @@ async def test_finished_session_returns_samples_then_refuses_with_403(
     await middleware.drop_session("done")  # idempotent
 
 
+async def test_finish_session_truncates_samples_to_max_sample_tokens(
+    middleware, scripted_engine, http
+):
+    """An explicit max_sample_tokens cuts the sample from the end, keeping the prompt."""
+    token = middleware.open_session("cut")
+    scripted_engine.queue("one two three four five six seven eight")
+    status, _ = await post(http, middleware, "/v1/messages", HELLO, bearer(token))
+    assert status == 200
+    served = scripted_engine.served[0]
+    prompt = len(served.input_ids)
+    samples = await middleware.finish_session("cut", reward=1.0, max_sample_tokens=prompt + 3)
+    assert len(samples) == 1
+    assert samples[0].prompt_length == prompt and samples[0].response_length == 3
+    assert samples[0].tokens[prompt:] == served.output_ids[:3]
+
+
 async def test_turn_cap_answers_429_without_calling_the_engine(middleware, scripted_engine, http):
     """With max_turns=2, the third request is refused with 429 rate_limit_error."""
     token = middleware.open_session("capped", max_turns=2)

@@ -293,14 +293,13 @@ class Phases:
             "harness": self.harness.name,
             "outcome": state.outcome.value,
         }
-        extra: dict[str, Any] = {}
-        cap = self.config.max_sample_tokens
-        if cap and cap != self.config.max_context_tokens:
-            extra["max_sample_tokens"] = cap
         try:
             return list(
                 await self.middleware.finish_session(
-                    state.sid, reward=state.reward, metadata=metadata, **extra
+                    state.sid,
+                    reward=state.reward,
+                    metadata=metadata,
+                    max_sample_tokens=self.config.max_sample_tokens or None,
                 )
             )
         except Exception as exc:

@@ -213,8 +213,13 @@ class Middleware:
         reward: float = 0.0,
         metadata: Mapping[str, Any] | None = None,
         wait_timeout: float = 30.0,
+        max_sample_tokens: int | None = None,
     ) -> list:
-        """Close ``sid`` (waiting for an in-flight turn) and return its training samples."""
+        """Close ``sid`` (waiting for an in-flight turn) and return its training samples.
+
+        Samples are cut to ``max_sample_tokens`` (default: the session's context budget;
+        0 keeps them whole).
+        """
         session = self._close(sid)
         if session is None:
             return []
@@ -228,8 +233,10 @@ class Middleware:
                 wait_timeout,
             )
             await self._cancel_inflight(session)
+        if max_sample_tokens is None:
+            max_sample_tokens = session.max_context_tokens
         return self.trajectory.get_trajectory(
-            sid, reward=reward, metadata=metadata, max_sample_tokens=session.max_context_tokens
+            sid, reward=reward, metadata=metadata, max_sample_tokens=max_sample_tokens
         )
 
     async def drop_session(self, sid: str) -> None:
