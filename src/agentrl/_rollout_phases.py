@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("agentrl.rollout")
 
+#: Seconds the outer grading guard allows beyond ``eval_timeout`` (boot, prepare).
+GRADE_SETUP_MARGIN = 120.0
+
 
 class Failure(Exception):
     """Ends a rollout early with a non-trainable outcome."""
@@ -274,11 +277,17 @@ class Phases:
         if not diff.strip() and not config.grade_empty_diff:
             return Grade(reward=0.0, applied_cleanly=True, details={"empty_diff": True})
         try:
+            # The grader times its own test run (and reports it in detail); this outer
+            # guard also covers booting and preparing the grading sandbox.
             return await asyncio.wait_for(
-                grader.grade(self.task, diff, self.sandbox_factory), timeout=config.eval_timeout
+                grader.grade(self.task, diff, self.sandbox_factory),
+                timeout=config.eval_timeout + GRADE_SETUP_MARGIN,
             )
         except asyncio.TimeoutError:
-            error = f"grading took longer than eval_timeout={config.eval_timeout:g}s"
+            error = (
+                f"grading took longer than eval_timeout={config.eval_timeout:g}s "
+                f"plus {GRADE_SETUP_MARGIN:g}s for the grading sandbox's boot and setup"
+            )
         except Exception as exc:
             logger.exception("grader %s raised for %s", grader.name, self.task.instance_id)
             error = f"{type(exc).__name__}: {exc}"

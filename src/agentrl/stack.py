@@ -16,6 +16,7 @@ How the agent inside a sandbox reaches the middleware:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import pathlib
 import tempfile
@@ -129,7 +130,8 @@ class Stack:
 
         o = self.options
         harness_cls = plugins.get_harness(o.harness)
-        self.grader = plugins.get_grader(o.grader)() if o.grader != "auto" else None
+        eval_timeout = o.rollout.get("eval_timeout")
+        self.grader = self._make_grader(o.grader, eval_timeout) if o.grader != "auto" else None
         sandbox_cls = plugins.get_sandbox(o.sandbox)
         engine_cls = plugins.get_engine(o.engine)
         tool_parser = plugins.get_tool_parser(o.tool_parser) if o.tool_parser else None
@@ -198,10 +200,18 @@ class Stack:
             options = merge_sandbox_options(host_python_options(), options)
         return self._sandbox_cls.from_task(task, **options)
 
+    @staticmethod
+    def _make_grader(name: str, eval_timeout: float | None) -> Any:
+        """The grader, given the rollout's grading budget when it takes one."""
+        cls = plugins.get_grader(name)
+        if eval_timeout and "timeout" in inspect.signature(cls).parameters:
+            return cls(timeout=eval_timeout)
+        return cls()
+
     def grader_for(self, task: Task) -> Any:
         if self.grader is not None:
             return self.grader
-        return plugins.get_grader(task.protocol)()
+        return self._make_grader(task.protocol, self.options.rollout.get("eval_timeout"))
 
     async def rollout(self, task: Task, index: int) -> Any:
         """Run one rollout of ``task`` end to end."""
