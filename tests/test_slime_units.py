@@ -172,6 +172,24 @@ def test_service_settings_from_args():
         SlimeConfig(),
     )
     assert ipv6.sglang_url == "http://[fd00::1]:1" and ipv6.max_context_tokens == 0
+    assert settings.tasks_dir is None
+
+
+def test_task_paths_resolve_against_agentrl_tasks_dir(tmp_path):
+    """AGENTRL_TASKS_DIR resolves a row's relative repo path; without it the path is kept."""
+    config = SlimeConfig.from_env({"AGENTRL_TASKS_DIR": str(tmp_path)})
+    args = types.SimpleNamespace(hf_checkpoint="/m", sglang_router_ip="h", sglang_router_port=1)
+    settings = ServiceSettings.from_args(args, config)
+    assert settings.tasks_dir == tmp_path
+    from agentrl.graders.scaleswe import ScaleSWEGrader
+
+    grader = ScaleSWEGrader()
+    row = {
+        "prompt": "fix it",
+        "metadata": {"instance_id": "t", "repo": "repos/t", "eval_cmd": "true"},
+    }
+    task = grader.resolve_paths(grader.parse_task(row), settings.tasks_dir)
+    assert task.repo == str(tmp_path / "repos" / "t")
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,15 @@ ENV_VARS: tuple[_Var, ...] = (
         help="a drift inside a response shorter than this is realigned, longer forks",
     ),
     _Var(
+        field="tasks_dir",
+        name="AGENTRL_TASKS_DIR",
+        aliases=(),
+        kind=str,
+        help="directory relative host paths in task rows (metadata.repo, gold patches, "
+        "swepro scripts) are resolved against (default: the rollout process's working "
+        "directory)",
+    ),
+    _Var(
         field="prompt",
         name="AGENTRL_PROMPT_TEMPLATE",
         aliases=("SWE_CC_PROMPT",),
@@ -241,6 +250,7 @@ class SlimeConfig:
     boot_concurrency: int = attrs.field(default=16, validator=_positive)
     boot_retries: int = attrs.field(default=2, validator=_non_negative)
     fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
+    tasks_dir: str | None = None
     prompt: str | None = None
     max_turns: int | None = attrs.field(default=None, validator=_positive)
     cli_path: str | None = None

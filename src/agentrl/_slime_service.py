@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import pathlib
 import socket
 import sys
 import threading
@@ -75,6 +76,8 @@ class ServiceSettings:
     tool_parser: str | None
     reasoning_parser: str | None
     config: SlimeConfig
+    #: Relative host paths in task rows resolve against this (None: leave them as they are).
+    tasks_dir: pathlib.Path | None = None
 
     @classmethod
     def from_args(cls, args: Any, config: SlimeConfig) -> ServiceSettings:
@@ -93,6 +96,7 @@ class ServiceSettings:
             tool_parser=getattr(args, "sglang_tool_call_parser", None) or None,
             reasoning_parser=getattr(args, "sglang_reasoning_parser", None) or None,
             config=config,
+            tasks_dir=pathlib.Path(config.tasks_dir) if config.tasks_dir else None,
         )
 
 
@@ -332,7 +336,7 @@ class Service:
         self._watch_engine_aborts()
         grader = self.graders[evaluation]
         try:
-            task = grader.parse_task(row)
+            task = grader.resolve_paths(grader.parse_task(row), self.settings.tasks_dir)
         except (ValueError, KeyError, TypeError) as exc:
             return RolloutOutput(
                 instance_id=fallback_instance_id,
