@@ -530,7 +530,7 @@ async def test_cancelled_generate_closes_its_session_and_sandbox(
         await engine.wait_for(lambda: len(engine.served) == 1, timeout=60)
         service = service_mod._service
         assert service is not None and "slime-session-12" in service._tasks
-        assert "slime-session-12" in service.middleware._sessions
+        assert "slime-session-12" in service.stack.middleware._sessions
         inner = service._tasks["slime-session-12"]  # the rollout, on the service loop
 
         async def settled() -> None:
@@ -544,7 +544,7 @@ async def test_cancelled_generate_closes_its_session_and_sandbox(
         )
         assert inner.cancelled(), "the rollout kept running after slime cancelled it"
         assert not service._tasks
-        assert not service.middleware._sessions
+        assert not service.stack.middleware._sessions
     finally:
         await engine.close()
 
@@ -597,15 +597,15 @@ async def test_network_mode_serves_tcp_and_tells_sandboxes_the_public_host(
         (p,) = await slime_mod.generate(args, Sample(index=0, metadata={}), SAMPLING)
         assert p.metadata["abort_reason"] == "invalid_task"
         service = service_mod._service
-        port = service.rollout_config.middleware_port
-        assert service.rollout_config.middleware_host == "10.1.2.3" and port > 0
-        assert service.middleware.url == f"http://127.0.0.1:{port}"
+        port = service.stack.rollout_config.middleware_port
+        assert service.stack.rollout_config.middleware_host == "10.1.2.3" and port > 0
+        assert service.stack.middleware.url == f"http://127.0.0.1:{port}"
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{service.middleware.url}/healthz") as response:
+            async with http.get(f"{service.stack.middleware.url}/healthz") as response:
                 assert response.status == 200 and (await response.json())["ok"] is True
         sample = _textstats_sample()
         sample.metadata["image"] = "registry/textstats:1"
-        sandbox = service.sandbox_factory(service.graders[False].parse_task(task_row(sample)))
+        sandbox = service.stack.sandbox_factory(service.graders[False].parse_task(task_row(sample)))
         assert sandbox.url_for("10.1.2.3", port) == f"http://10.1.2.3:{port}"
     finally:
         await engine.close()

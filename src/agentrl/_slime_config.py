@@ -318,19 +318,6 @@ class SlimeConfig:
             options["node_tarball"] = self.node_tarball
         return options
 
-    def sandbox_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the sandbox backend's ``from_task``.
-
-        With a unix socket, the socket is also bound into every sandbox as the service on
-        ``port`` (the local backend's ``services``), which is where the agent dials.
-        """
-        options = dict(self.sandbox_options)
-        if self.unix_socket:
-            services = dict(options.get("services") or {})
-            services.setdefault(self.port or 18001, self.unix_socket)
-            options["services"] = services
-        return options
-
     def rollout_kwargs(self) -> dict[str, Any]:
         """The ``RolloutConfig`` fields set from here (budgets, prompt, turn cap, model)."""
         options: dict[str, Any] = {

@@ -17,7 +17,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import pathlib
 import socket
@@ -191,51 +190,38 @@ class Service:
             self._stopped.set()
 
     async def _start(self) -> None:
-        from agentrl import plugins
-        from agentrl.adapters.base import Middleware
-        from agentrl.rollout import RolloutConfig
-        from agentrl.tokenizers import load_tokenizer
-        from agentrl.trajectory import TrajectoryManager
+        from agentrl.stack import Stack, StackOptions
 
         s, c = self.settings, self.config
-        harness_cls = plugins.get_harness(c.harness)
-        sandbox_cls = plugins.get_sandbox(c.sandbox)
-        self.graders = {
-            False: plugins.get_grader(c.grader_for(False))(),
-            True: plugins.get_grader(c.grader_for(True))(),
-        }
-        c.validate()
-        self.dials_over_network = not c.unix_socket
-        tool_parser = resolve_parser("tool_parser", s.tool_parser)
-        reasoning_parser = resolve_parser("reasoning_parser", s.reasoning_parser)
-        self.harness = harness_cls(**c.harness_kwargs())
-        self.sandbox_factory = functools.partial(sandbox_cls.from_task, **c.sandbox_kwargs())
-        self.tokenizer = await asyncio.to_thread(load_tokenizer, s.hf_checkpoint)
-        self.engine = plugins.get_engine("sglang")(s.sglang_url)
-        self.boot_semaphore = asyncio.Semaphore(c.boot_concurrency)
-        self.middleware = Middleware(
-            engine=self.engine,
-            tokenizer=self.tokenizer,
-            tool_parser=tool_parser,
-            reasoning_parser=reasoning_parser,
-            trajectory=TrajectoryManager(fork_threshold_tokens=c.fork_threshold_tokens),
-        )
-        if self.dials_over_network:
-            await self.middleware.start(host=c.bind_host, port=c.port)
-            bound_port = urllib.parse.urlsplit(self.middleware.url).port
-            where = {
-                "middleware_host": public_address(c.require_public_host(), s.sglang_url),
-                "middleware_port": bound_port,
-            }
-        else:
-            await self.middleware.start(host=None, unix_path=c.unix_socket)
-            where = {"middleware_host": "127.0.0.1", "middleware_port": c.port or 18001}
-        self.rollout_config = RolloutConfig(
+        if not c.unix_socket:
+            c.require_public_host()
+        options = StackOptions(
+            harness=c.harness,
+            sandbox=c.sandbox,
+            grader=c.grader_for(False),
+            engine="sglang",
+            engine_url=s.sglang_url,
+            tokenizer=s.hf_checkpoint,
+            tool_parser=resolve_parser("tool_parser", s.tool_parser),
+            reasoning_parser=resolve_parser("reasoning_parser", s.reasoning_parser),
+            harness_options=c.harness_kwargs(),
+            sandbox_options=dict(c.sandbox_options),
+            host_python=False,
+            unix_path=c.unix_socket,
+            bind_host=c.bind_host,
+            port=c.port,
+            public_host=(
+                None if c.unix_socket else public_address(c.require_public_host(), s.sglang_url)
+            ),
+            sandbox_port=c.port or 18001,
             max_context_tokens=s.max_context_tokens,
-            max_sample_tokens=s.max_context_tokens,
-            **where,
-            **c.rollout_kwargs(),
+            fork_threshold_tokens=c.fork_threshold_tokens,
+            boot_concurrency=c.boot_concurrency,
+            rollout=c.rollout_kwargs(),
         )
+        self.stack = stack = Stack(options)
+        await stack.__aenter__()
+        self.graders = {False: stack.grader, True: stack.make_grader(c.grader_for(True))}
         self._watcher = _AbortWatcher(self)
         self._watch_engine_aborts()
         logger.info(
@@ -246,7 +232,7 @@ class Service:
             c.grader_for(False),
             c.grader_for(True),
             s.sglang_url,
-            getattr(self.middleware, "url", None) or c.unix_socket,
+            stack.middleware.url or c.unix_socket,
             s.tool_parser,
             s.reasoning_parser,
             s.max_context_tokens,
@@ -257,12 +243,9 @@ class Service:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        middleware = getattr(self, "middleware", None)
-        if middleware is not None:
-            await middleware.close()
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            await engine.aclose()
+        stack = getattr(self, "stack", None)
+        if stack is not None:
+            await stack.aclose()
         watcher = getattr(self, "_watcher", None)
         if watcher is not None:
             with contextlib.suppress(Exception):
@@ -348,14 +331,14 @@ class Service:
             return RolloutOutput(instance_id=task.instance_id, abort_reason=f"unevaluable:{reason}")
         result = await run_rollout(
             task,
-            harness=self.harness,
+            harness=self.stack.harness,
             grader=grader,
-            sandbox_factory=self.sandbox_factory,
-            middleware=self.middleware,
-            config=self.rollout_config,
+            sandbox_factory=self.stack.sandbox_factory,
+            middleware=self.stack.middleware,
+            config=self.stack.rollout_config,
             sampling_params=dict(sampling_params),
             session_id=session_id,
-            boot_semaphore=self.boot_semaphore,
+            boot_semaphore=self.stack.boot_semaphore,
         )
         responses: Sequence[str] = ()
         if result.samples and not evaluation:
@@ -368,10 +351,7 @@ class Service:
         )
 
     def _decode_responses(self, samples: Sequence[Any]) -> list[str]:
-        return [
-            self.tokenizer.decode(list(s.tokens[-s.response_length :]), skip_special_tokens=False)
-            for s in samples
-        ]
+        return [self.stack.decode(s.tokens[-s.response_length :]) for s in samples]
 
 
 class _AbortWatcher:

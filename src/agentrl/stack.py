@@ -7,10 +7,13 @@ unchanged.
 
 How the agent inside a sandbox reaches the middleware:
 
-* ``local`` sandbox: the middleware listens on a unix socket, which is bound into every
-  sandbox and relayed to ``127.0.0.1:sandbox_port`` inside (no network at all otherwise).
-* any other sandbox: the middleware listens on TCP at ``bind_host:port`` and the agent dials
-  ``public_host`` (which must be routable from the sandbox) at that port.
+* over a unix socket (the ``local`` sandbox always, any backend that binds sockets when
+  ``unix_path`` is set): the socket is bound into every sandbox and relayed to
+  ``127.0.0.1:sandbox_port`` inside (the local sandbox has no network at all otherwise).
+* over the network (every other case): the middleware listens on TCP at ``bind_host:port``
+  and the agent dials ``public_host`` (which must be routable from the sandbox) at that port.
+
+``agentrl.slime`` builds the same ``Stack`` inside slime's rollout manager.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ class StackOptions:
     engine_url: str | None = None
     model_path: str | None = None
     tokenizer: str | None = None
-    tool_parser: str | None = "hermes"
-    reasoning_parser: str | None = None
+    #: Parser plugin names, or parser classes.
+    tool_parser: str | type | None = "hermes"
+    reasoning_parser: str | type | None = None
     engine_options: dict[str, Any] = attrs.field(factory=dict)
     #: A host directory holding bin/claude and bin/codex (scripts/install-clis.sh).
     cli_dir: str | None = None
@@ -77,6 +81,8 @@ class StackOptions:
     bind_host: str = "127.0.0.1"
     port: int = 0
     public_host: str | None = None
+    #: Serve over this unix socket (default for ``local``: a fresh temporary path).
+    unix_path: str | None = None
     sandbox_port: int = DEFAULT_SANDBOX_PORT
     sampling: dict[str, Any] = attrs.field(factory=dict)
     max_context_tokens: int = 0
@@ -84,6 +90,11 @@ class StackOptions:
     reward_split: str = "full"
     boot_concurrency: int = 4
     rollout: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def over_unix_socket(self) -> bool:
+        """Whether sandboxes reach the middleware through a bound unix socket."""
+        return self.sandbox == "local" or self.unix_path is not None
 
     def check(self) -> None:
         """Fail early, before anything starts, on combinations that cannot work."""
@@ -93,7 +104,7 @@ class StackOptions:
             raise StackError("--engine transformers needs --model-path (a local model directory)")
         if not (self.tokenizer or self.model_path):
             raise StackError("pass --tokenizer PATH (a local tokenizer directory)")
-        if self.sandbox != "local" and not self.public_host:
+        if not self.over_unix_socket and not self.public_host:
             raise StackError(
                 f"the {self.sandbox!r} sandbox reaches the middleware over the network: pass "
                 "--public-host, an address of this machine the sandboxes can route to"
@@ -130,14 +141,15 @@ class Stack:
 
         o = self.options
         harness_cls = plugins.get_harness(o.harness)
-        eval_timeout = o.rollout.get("eval_timeout")
-        self.grader = self._make_grader(o.grader, eval_timeout) if o.grader != "auto" else None
+        self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
         sandbox_cls = plugins.get_sandbox(o.sandbox)
         engine_cls = plugins.get_engine(o.engine)
-        tool_parser = plugins.get_tool_parser(o.tool_parser) if o.tool_parser else None
-        reasoning_parser = (
-            plugins.get_reasoning_parser(o.reasoning_parser) if o.reasoning_parser else None
-        )
+        tool_parser = o.tool_parser
+        if isinstance(tool_parser, str):
+            tool_parser = plugins.get_tool_parser(tool_parser)
+        reasoning_parser = o.reasoning_parser
+        if isinstance(reasoning_parser, str):
+            reasoning_parser = plugins.get_reasoning_parser(reasoning_parser)
 
         self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
         if o.engine == "sglang":
@@ -158,9 +170,11 @@ class Stack:
 
         harness_options = dict(o.harness_options)
         sandbox_options: dict[str, Any] = {}
-        if o.sandbox == "local":
-            self._tmp = tempfile.TemporaryDirectory(prefix="agentrl-mw-")
-            unix_path = str(pathlib.Path(self._tmp.name) / "middleware.sock")
+        if o.over_unix_socket:
+            unix_path = o.unix_path
+            if unix_path is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="agentrl-mw-")
+                unix_path = str(pathlib.Path(self._tmp.name) / "middleware.sock")
             await self.middleware.start(host=None, unix_path=unix_path)
             sandbox_options["services"] = {o.sandbox_port: unix_path}
             where = {"middleware_host": "127.0.0.1", "middleware_port": o.sandbox_port}
@@ -200,9 +214,9 @@ class Stack:
             options = merge_sandbox_options(host_python_options(), options)
         return self._sandbox_cls.from_task(task, **options)
 
-    @staticmethod
-    def _make_grader(name: str, eval_timeout: float | None) -> Any:
-        """The grader, given the rollout's grading budget when it takes one."""
+    def make_grader(self, name: str) -> Any:
+        """A ``name`` grader, given the rollout's grading budget when it takes one."""
+        eval_timeout = self.options.rollout.get("eval_timeout")
         cls = plugins.get_grader(name)
         if eval_timeout and "timeout" in inspect.signature(cls).parameters:
             return cls(timeout=eval_timeout)
@@ -211,7 +225,7 @@ class Stack:
     def grader_for(self, task: Task) -> Any:
         if self.grader is not None:
             return self.grader
-        return self._make_grader(task.protocol, self.options.rollout.get("eval_timeout"))
+        return self.make_grader(task.protocol)
 
     async def rollout(self, task: Task, index: int) -> Any:
         """Run one rollout of ``task`` end to end."""
