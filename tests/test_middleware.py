@@ -239,6 +239,72 @@ async def test_observer_hook_receives_each_recorded_turn(
     assert event.prompt_tokens == len(scripted_engine.served[0].input_ids)
 
 
+async def test_rewritten_replay_is_restored_so_every_sampled_token_trains(
+    middleware, scripted_engine, http
+):
+    """A client that rewrites a replayed tool call (as Claude Code does) still trains it all.
+
+    Claude Code replays an Edit with ``replace_all: false`` added first and a Bash command
+    without its leading ``cd <cwd> &&``; the middleware renders the recorded message instead,
+    so the policy's context is what it produced and no turn is lost to a rewrite merge.
+    """
+    token = middleware.open_session("rewrite")
+    tools = [
+        {"name": "Edit", "description": "edit", "input_schema": {"type": "object"}},
+        {"name": "Bash", "description": "run", "input_schema": {"type": "object"}},
+    ]
+    scripted_engine.queue(
+        'Fixing.\n<tool_call>\n{"name": "Edit", "arguments": {"file_path": "/w/a.py", '
+        '"old_string": "x = 1", "new_string": "x = 2"}}\n</tool_call>'
+    )
+    body = {**HELLO, "tools": tools}
+    status, text = await post(http, middleware, "/v1/messages", body, bearer(token))
+    assert status == 200
+    first = json.loads(text)
+    call = first["content"][-1]
+    rewritten = {**call, "input": {"replace_all": False, **call["input"]}}
+    history = [
+        *HELLO["messages"],
+        {"role": "assistant", "content": [*first["content"][:-1], rewritten]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}],
+        },
+    ]
+    scripted_engine.queue(
+        'Testing.\n<tool_call>\n{"name": "Bash", "arguments": '
+        '{"command": "cd /w && pytest -q"}}\n</tool_call>'
+    )
+    status, text = await post(
+        http, middleware, "/v1/messages", {**body, "messages": history}, bearer(token)
+    )
+    assert status == 200
+    second = json.loads(text)
+    bash = second["content"][-1]
+    trimmed = {**bash, "input": {"command": "pytest -q"}}
+    history += [
+        {"role": "assistant", "content": [*second["content"][:-1], trimmed]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": bash["id"], "content": "1 passed"}],
+        },
+    ]
+    scripted_engine.queue("Done.")
+    status, _ = await post(
+        http, middleware, "/v1/messages", {**body, "messages": history}, bearer(token)
+    )
+    assert status == 200
+    samples = await middleware.finish_session("rewrite", reward=1.0)
+    assert len(samples) == 1
+    sampled = sum(len(g.output_ids) for g in scripted_engine.served)
+    assert sum(samples[0].loss_mask) == sampled
+    restored = {
+        meta["middleware_turn"]: meta["restored_replays"]
+        for meta in samples[0].metadata["turn_metadata"].values()
+    }
+    assert restored == {0: [], 1: [1], 2: [1, 3]}
+
+
 async def test_minted_ids_name_their_turn_and_replays_are_linked(middleware, scripted_engine, http):
     """tool_use ids and thinking signatures encode turn 0; replaying them links turn 1 to turn 0."""
     token = middleware.open_session("ids")

@@ -208,6 +208,39 @@ def _contains(haystack: list, needle: list) -> bool:
     return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
 
 
+def claude_solution_natural() -> list[str]:
+    """The same fix with arguments as a model writes them, which Claude Code rewrites on replay.
+
+    Claude Code replays the Edit with ``replace_all`` added and the Bash command without its
+    leading ``cd``; the middleware restores the recorded messages, so nothing is lost.
+    """
+    return [
+        "Let me look at how words are split.\n" + tool_call("Read", file_path=CORE),
+        tool_call("Edit", file_path=CORE, old_string=BUGGY, new_string=FIXED),
+        tool_call("Bash", command=f"cd /workspace && {RUN_TESTS}", description="Run the tests"),
+        DONE,
+    ]
+
+
+async def test_claude_code_rewritten_replays_still_train_every_token(
+    task, sandboxes, middleware, scripted_engine
+):
+    """Claude Code's replay rewrites (replace_all, dropped cd) cost no trained tokens."""
+    for reply in claude_solution_natural():
+        scripted_engine.queue(reply)
+    result = await rollout(task, sandboxes.harness("claude_code"), sandboxes, middleware)
+
+    assert result.outcome is Outcome.SOLVED, result.error
+    assert len(result.samples) == 1
+    restored = [
+        index
+        for meta in result.samples[0].metadata["turn_metadata"].values()
+        for index in meta["restored_replays"]
+    ]
+    assert restored, "Claude Code replayed its history verbatim; the rewrite was not exercised"
+    assert_trained_tokens_were_sampled(result, scripted_engine, result.session_id)
+
+
 async def test_claude_code_solves_the_example_task(task, sandboxes, middleware, scripted_engine):
     """Claude Code reads the bug, fixes it with Edit, runs the tests with Bash: reward 1.0."""
     for reply in claude_solution():

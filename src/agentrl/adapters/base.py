@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from agentrl import plugins
@@ -353,6 +354,9 @@ class Middleware:
         turn_index: int,
         started: float,
     ) -> web.StreamResponse:
+        messages, restored = session.restore_replays(chat.messages, chat.replayed_ids)
+        if restored:
+            chat = attrs.evolve(chat, messages=messages)
         if self.incremental_render:
             chain = session.chain_for(
                 self.tokenizer,
@@ -426,6 +430,7 @@ class Middleware:
             "protocol": adapter.name,
             "middleware_turn": turn_index,
             "replayed_turns": links,
+            "restored_replays": restored,
             "engine_seconds": round(engine_seconds, 6),
         }
         record = TurnRecord(
@@ -443,6 +448,8 @@ class Middleware:
             metadata=metadata,
         )
         session.turns_recorded += 1
+        if generation.output_ids and recorded is not None:
+            session.responses[turn_index] = recorded
         self.timings.append(
             TurnTiming(
                 session_id=session.sid,

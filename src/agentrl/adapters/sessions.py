@@ -70,6 +70,8 @@ class Session:
     turns_started: int = 0
     turns_recorded: int = 0
     minted: dict[str, int] = attrs.field(factory=dict)
+    #: turn index -> the assistant message recorded for it (what the policy really said).
+    responses: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
     chains: list[Chain] = attrs.field(factory=list)
     _clock: int = 0
@@ -77,6 +79,33 @@ class Session:
     def remember(self, wire_id: str, turn_index: int) -> str:
         self.minted[wire_id] = turn_index
         return wire_id
+
+    def restore_replays(
+        self, messages: Sequence[dict[str, Any]], replayed: Sequence[tuple[int, str]]
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        """``messages`` with each replayed assistant message put back as it was recorded.
+
+        Clients rewrite what they replay (Claude Code adds default tool inputs such as
+        ``replace_all`` and trims a leading ``cd <cwd> &&`` from commands). The policy's
+        context should hold what it really produced, so a message whose replayed wire ids
+        all name one of this session's turns is replaced by that turn's recorded message.
+        Returns the messages and the indices that were restored.
+        """
+        turns_at: dict[int, set[int]] = {}
+        for index, wire_id in replayed:
+            turn = self.minted.get(wire_id)
+            if turn is not None:
+                turns_at.setdefault(index, set()).add(turn)
+        restored = list(messages)
+        changed = []
+        for index, turns in sorted(turns_at.items()):
+            if len(turns) != 1 or restored[index].get("role") != "assistant":
+                continue
+            recorded = self.responses.get(next(iter(turns)))
+            if recorded is not None and restored[index] != recorded:
+                restored[index] = recorded
+                changed.append(index)
+        return restored, changed
 
     def links(self, replayed: Sequence[tuple[int, str]]) -> dict[str, int]:
         """``{message index: turn}`` for every replayed id this session minted."""
