@@ -359,6 +359,24 @@ async def test_invalid_task_row_is_an_aborted_placeholder(slime_env, qwen_tokeni
     checks.check_sample_fields(p)
 
 
+async def test_ungradable_task_is_an_aborted_placeholder(slime_env, qwen_tokenizer_dir):
+    """A row the grader's check turns down never reaches a sandbox: one placeholder with why."""
+    engine = ScriptedEngine()
+    await engine.start()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        metadata = {"instance_id": "no-method", "repo": str(TASKS / "repos" / "textstats")}
+        sample = Sample(index=3, group_index=0, prompt="Fix it.", metadata=metadata)
+        (p,) = await slime_mod.generate(args, sample, SAMPLING)
+    finally:
+        await engine.close()
+    assert p.status is Sample.Status.ABORTED and p.remove_sample and p.reward == 0.0
+    assert p.metadata["abort_reason"].startswith("unevaluable:no grading method")
+    assert p.metadata["instance_id"] == "no-method"
+    assert engine.served == []
+    checks.check_sample_fields(p)
+
+
 async def test_agent_timeout_trains_with_graded_reward(
     slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
 ):

@@ -193,8 +193,9 @@ class Service:
         from agentrl.stack import Stack, StackOptions
 
         s, c = self.settings, self.config
-        if not c.unix_socket:
-            c.require_public_host()
+        public_host = (
+            None if c.unix_socket else public_address(c.require_public_host(), s.sglang_url)
+        )
         options = StackOptions(
             harness=c.harness,
             sandbox=c.sandbox,
@@ -210,9 +211,7 @@ class Service:
             unix_path=c.unix_socket,
             bind_host=c.bind_host,
             port=c.port,
-            public_host=(
-                None if c.unix_socket else public_address(c.require_public_host(), s.sglang_url)
-            ),
+            public_host=public_host,
             sandbox_port=c.port or 18001,
             max_context_tokens=s.max_context_tokens,
             fork_threshold_tokens=c.fork_threshold_tokens,
@@ -326,7 +325,9 @@ class Service:
                 abort_reason="invalid_task",
                 error=f"{type(exc).__name__}: {exc}",
             )
-        reason = grader.check(task)
+        # A grader's check may import and build heavy things (swebench's test spec): keep
+        # it off this loop, which also serves every running agent's model calls.
+        reason = await asyncio.to_thread(grader.check, task)
         if reason:
             return RolloutOutput(instance_id=task.instance_id, abort_reason=f"unevaluable:{reason}")
         result = await run_rollout(
