@@ -196,7 +196,7 @@ async def test_sampling_policy_decides_whose_temperature_wins(
 async def test_client_disconnect_aborts_the_engine_request_and_records_nothing(
     middleware, scripted_engine, http
 ):
-    """A client that goes away mid-generation triggers /abort_request; the turn is not recorded."""
+    """A client that goes away mid-generation triggers one /abort_request; the turn is not recorded."""
     token = middleware.open_session("gone")
     scripted_engine.queue("slow answer", delay=30)
     with pytest.raises(asyncio.TimeoutError):
@@ -215,6 +215,8 @@ async def test_client_disconnect_aborts_the_engine_request_and_records_nothing(
     scripted_engine.queue("fine")
     assert (await post(http, middleware, "/v1/messages", HELLO, bearer(token)))[0] == 200
     assert middleware.trajectory.turn_count("gone") == 1
+    # The next turn waited for the cancelled one to let go of the session: one abort in all.
+    assert len(scripted_engine.abort_requests) == 1
 
 
 async def test_observer_hook_receives_each_recorded_turn(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -485,14 +484,13 @@ class Middleware:
                 prompt.ids, params, rid=rid, routing_key=session.sid
             )
         except asyncio.CancelledError:
+            # Cancelling generate aborts the engine request (the Engine contract).
             logger.info(
-                "session %s turn %d cancelled; aborting engine request %s",
+                "session %s turn %d cancelled; engine request %s aborted",
                 session.sid,
                 turn_index,
                 rid,
             )
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.engine.abort(rid))
             raise
         except EngineError as exc:
             status = f" (HTTP {exc.status})" if exc.status else ""

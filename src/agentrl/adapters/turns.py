@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from agentrl.adapters.protocol import ChatRequest, ToolCall
+from agentrl.engines.base import TOKEN_EXACT_SAMPLING
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -23,12 +24,6 @@ logger = logging.getLogger(__name__)
 #: ``max_new_tokens`` when neither the session nor the client sets one.
 DEFAULT_MAX_NEW_TOKENS = 8192
 _CLIENT_SAMPLING = ("temperature", "top_p", "top_k")
-#: Always sent: the engine must return the exact ids, special tokens included.
-_BASE_PARAMS = {
-    "skip_special_tokens": False,
-    "spaces_between_special_tokens": False,
-    "no_stop_trim": True,
-}
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +50,7 @@ def sampling_params(session: Any, chat: ChatRequest, prompt_tokens: int) -> dict
     the context budget. Under the ``trainer`` policy the client's temperature / top_p /
     top_k are ignored; under ``client`` they override the session's.
     """
-    params: dict[str, Any] = {**_BASE_PARAMS, **session.sampling_defaults}
+    params: dict[str, Any] = {**TOKEN_EXACT_SAMPLING, **session.sampling_defaults}
     for key in _CLIENT_SAMPLING:
         value = getattr(chat, key)
         if value is None:

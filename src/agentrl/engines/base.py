@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
 
-__all__ = ["Engine", "EngineError", "Generation"]
+__all__ = ["TOKEN_EXACT_SAMPLING", "Engine", "EngineError", "Generation"]
+
+#: Sampling parameters every token-in-token-out request carries (SGLang's names): the
+#: engine must return the exact ids, special tokens included, with no stop trimming.
+TOKEN_EXACT_SAMPLING: Mapping[str, Any] = MappingProxyType(
+    {
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "no_stop_trim": True,
+    }
+)
 
 
 class EngineError(Exception):
@@ -52,7 +63,12 @@ class Engine(abc.ABC):
         rid: str | None = None,
         routing_key: str | None = None,
     ) -> Generation:
-        """Sample a continuation of ``input_ids``."""
+        """Sample a continuation of ``input_ids``.
+
+        Cancelling the call stops the request on the engine (an HTTP engine sends its
+        abort for ``rid``): callers such as the middleware rely on it and abort nothing
+        themselves.
+        """
 
     async def abort(self, rid: str) -> None:  # noqa: B027 - optional for in-process engines
         """Cancel the in-flight request ``rid`` (best effort, never raises)."""

@@ -36,18 +36,14 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from agentrl.engines.base import Engine, EngineError, Generation
+from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
 
 __all__ = ["DEFAULT_SAMPLING", "SGLangEngine"]
 
 logger = logging.getLogger(__name__)
 
 #: Token-in-token-out needs the raw tokens: no special-token skipping, no stop trimming.
-DEFAULT_SAMPLING: dict[str, Any] = {
-    "skip_special_tokens": False,
-    "spaces_between_special_tokens": False,
-    "no_stop_trim": True,
-}
+DEFAULT_SAMPLING: Mapping[str, Any] = TOKEN_EXACT_SAMPLING
 
 _EXCERPT = 500
 
