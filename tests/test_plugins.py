@@ -30,8 +30,7 @@ def _kind_class(name: str, **attrs) -> type:
 def registry():
     """A registry with the built-ins but without entry points, isolated from the process one."""
     reg = PluginRegistry(load_entrypoints=False, disabled=())
-    previous = plugins._registry
-    plugins.reset_registry(reg)
+    previous = plugins.reset_registry(reg)
     yield reg
     plugins.reset_registry(previous)
 
@@ -226,6 +225,33 @@ def test_trace_enabled_from_environment(monkeypatch, caplog):
     assert any("hook register_commands" in rec.message for rec in caplog.records)
 
 
+def test_trace_logs_register_hooks_per_plugin(caplog):
+    """Tracing also covers the register_* hooks, which are called one plugin at a time."""
+    reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=(), trace=True)
+    cls = _kind_class("traced")
+    reg.pm.register(_plugin("tracer", register_sandboxes=lambda register: register(cls)))
+    with caplog.at_level(logging.INFO, logger="agentrl.plugins"):
+        assert reg.available("sandbox") == ["traced"]
+    assert any(
+        "hook register_sandboxes" in rec.message and "tracer" in rec.message
+        for rec in caplog.records
+    )
+
+
+def test_wrapper_on_a_per_plugin_hook_is_rejected(registry):
+    """A wrapper implementation of a register_* hook fails naming the plugin and the option."""
+
+    def register_graders(register):
+        yield
+
+    module = types.ModuleType("wrapping")
+    register_graders.__name__ = "register_graders"
+    module.register_graders = hookimpl(wrapper=True)(register_graders)
+    registry.pm.register(module)
+    with pytest.raises(PluginError, match=r"'wrapping' implements register_graders as a wrapper"):
+        registry.available("grader")
+
+
 def test_hook_on_turn_recorded(registry):
     """on_turn_recorded: observers receive the frozen event object through notify()."""
     seen = []
@@ -254,6 +280,26 @@ def test_hook_on_rollout_finished(registry, caplog):
     with caplog.at_level(logging.ERROR):
         plugins.notify("on_rollout_finished", event)
     assert "observer hook on_rollout_finished failed" in caplog.text
+    assert seen == [event]
+
+
+def test_failing_observer_does_not_silence_the_next(registry, caplog):
+    """An observer that raises before another is reached still lets the other see the event."""
+    seen = []
+
+    def broken(event):
+        raise RuntimeError("observer bug")
+
+    # pluggy calls the last registered implementation first: the broken one runs first.
+    registry.pm.register(_plugin("good-obs", on_rollout_finished=lambda event: seen.append(event)))
+    registry.pm.register(_plugin("bad-obs", on_rollout_finished=broken))
+    event = RolloutFinishedEvent(
+        instance_id="t", outcome=Outcome.UNSOLVED, reward=0.0, num_samples=1
+    )
+    with caplog.at_level(logging.ERROR):
+        plugins.notify("on_rollout_finished", event)
+    assert seen == [event]
+    assert "failed in plugin 'bad-obs'" in caplog.text
 
 
 def test_hook_register_commands(registry):

@@ -10,7 +10,7 @@ import importlib.metadata
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -95,6 +95,11 @@ def _kind_of(hook_name: str, cls: type) -> str:
         ) from None
 
 
+def _log_call(hook_name: str, kwargs: dict[str, Any], plugin_names: list[str]) -> None:
+    arguments = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    logger.info("hook %s(%s) -> %s", hook_name, arguments, plugin_names)
+
+
 def _agentrl_version() -> str | None:
     try:
         return importlib.metadata.version("agentrl")
@@ -124,7 +129,8 @@ class PluginRegistry:
         blocked = disabled_plugins() if disabled is None else set(disabled)
         for name in blocked:
             self.pm.set_blocked(name)
-        if trace if trace is not None else os.environ.get("AGENTRL_TRACE_PLUGINS") == "1":
+        self._trace = trace if trace is not None else os.environ.get("AGENTRL_TRACE_PLUGINS") == "1"
+        if self._trace:
             self._enable_tracing()
         self._builtin_names: set[str] = set()
         for module_name in builtins:
@@ -140,15 +146,10 @@ class PluginRegistry:
         self._owners: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
-    # -- tracing ---------------------------------------------------------
+    # -- calling hooks -----------------------------------------------------
     def _enable_tracing(self) -> None:
         def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
-            logger.info(
-                "hook %s(%s) -> %s",
-                hook_name,
-                ", ".join(f"{k}={v!r}" for k, v in kwargs.items()),
-                [impl.plugin_name for impl in impls],
-            )
+            _log_call(hook_name, kwargs, [impl.plugin_name for impl in impls])
 
         def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
             exc = outcome.exception
@@ -156,6 +157,26 @@ class PluginRegistry:
                 logger.info("hook %s raised %r", hook_name, exc)
 
         self.pm.add_hookcall_monitoring(before, after)
+
+    def _each_impl(self, hook_name: str) -> Iterator[Any]:
+        """The implementations of ``hook_name`` in pluggy's call order, to call one by one.
+
+        Calling each on its own attributes what it does to its plugin and keeps one failing
+        implementation from stopping the others; ``_call`` traces like a pluggy hook call.
+        """
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+            if impl.wrapper or impl.hookwrapper:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} implements {hook_name} as a wrapper; agentrl "
+                    f"calls each {hook_name} implementation on its own, so drop its "
+                    "wrapper/hookwrapper option"
+                )
+            yield impl
+
+    def _call(self, hook_name: str, impl: Any, kwargs: dict[str, Any]) -> Any:
+        if self._trace:
+            _log_call(hook_name, kwargs, [impl.plugin_name])
+        return impl.function(*(kwargs[arg] for arg in impl.argnames))
 
     # -- registries ------------------------------------------------------
     def plugin_name(self, plugin: object) -> str:
@@ -168,7 +189,6 @@ class PluginRegistry:
             classes: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
             owners: dict[tuple[str, str], str] = {}
             for hook_name in dict.fromkeys(KIND_HOOKS.values()):
-                hook = getattr(self.pm.hook, hook_name)
                 current: list[str] = []
 
                 def register(cls: type, _hook: str = hook_name, _cur: list[str] = current) -> None:
@@ -188,13 +208,10 @@ class PluginRegistry:
                     classes[kind][name] = cls
                     owners[(kind, name)] = _cur[0]
 
-                # Call implementations one at a time (in pluggy's call order) so every
-                # registration is attributed to the plugin that made it.
-                for impl in reversed(hook.get_hookimpls()):
+                for impl in self._each_impl(hook_name):
                     current[:] = [impl.plugin_name]
-                    kwargs = {"register": register}
                     try:
-                        impl.function(*(kwargs[arg] for arg in impl.argnames))
+                        self._call(hook_name, impl, {"register": register})
                     except PluginError:
                         raise
                     except Exception as exc:
@@ -261,6 +278,28 @@ class PluginRegistry:
             )
         return sorted(infos, key=lambda info: (not info.builtin, info.name))
 
+    def notify(self, hook_name: str, event: Any) -> None:
+        """Send an event to every observer of a hook; a failing observer is logged, never raised.
+
+        Each observer is called on its own, so one that raises does not keep the event from
+        the others.
+        """
+        try:
+            impls = list(self._each_impl(hook_name))
+        except PluginError:
+            logger.exception("observer hook %s cannot be called", hook_name)
+            return
+        for impl in impls:
+            try:
+                self._call(hook_name, impl, {"event": event})
+            except Exception:
+                logger.exception(
+                    "observer hook %s failed in plugin %r for %r",
+                    hook_name,
+                    impl.plugin_name,
+                    event,
+                )
+
     @property
     def hook(self) -> Any:
         return self.pm.hook
@@ -279,11 +318,15 @@ def get_registry() -> PluginRegistry:
         return _registry
 
 
-def reset_registry(registry: PluginRegistry | None = None) -> None:
-    """Replace (or drop, with ``None``) the process-wide registry; for tests and embedders."""
+def reset_registry(registry: PluginRegistry | None = None) -> PluginRegistry | None:
+    """Replace (or drop, with ``None``) the process-wide registry and return the one it held.
+
+    For tests and embedders: ``previous = reset_registry(mine)`` … ``reset_registry(previous)``.
+    """
     global _registry
     with _registry_lock:
-        _registry = registry
+        previous, _registry = _registry, registry
+    return previous
 
 
 def available(kind: str) -> list[str]:
@@ -319,9 +362,5 @@ def get_reasoning_parser(name: str) -> type:
 
 
 def notify(hook_name: str, event: Any) -> None:
-    """Send an event to an observer hook; a failing observer is logged, never raised."""
-    hook: Callable[..., Any] = getattr(get_registry().hook, hook_name)
-    try:
-        hook(event=event)
-    except Exception:
-        logger.exception("observer hook %s failed for %r", hook_name, event)
+    """Send an event to every observer of a hook; see :meth:`PluginRegistry.notify`."""
+    get_registry().notify(hook_name, event)

@@ -13,9 +13,8 @@ from agentrl import plugins
 @pytest.fixture
 def agentrl_registry():
     """A fresh plugin registry for one test, restored afterwards."""
-    previous = plugins._registry
     registry = plugins.PluginRegistry()
-    plugins.reset_registry(registry)
+    previous = plugins.reset_registry(registry)
     try:
         yield registry
     finally:
