@@ -166,7 +166,7 @@ async def test_internal_error_is_500_without_traceback(qwen_tokenizer, sglang_cl
 
 
 async def test_conversation_the_template_rejects_is_400(qwen_tokenizer_dir, sglang_client, http):
-    """A chat template that raises on the history is a 400 quoting it, not a 500."""
+    """A chat template that raises on the history is a 400 quoting it (turn and count_tokens)."""
     from transformers import PreTrainedTokenizerFast
 
     strict = PreTrainedTokenizerFast.from_pretrained(str(qwen_tokenizer_dir), local_files_only=True)
@@ -188,5 +188,10 @@ async def test_conversation_the_template_rejects_is_400(qwen_tokenizer_dir, sgla
         }
         message = await send(http, mw, "anthropic", body=body, token=token, status=400)
         assert "one message only, please" in message
+        headers = {"Authorization": f"Bearer {token}"}
+        url = mw.url + "/v1/messages/count_tokens"
+        async with http.post(url, json=body, headers=headers) as response:
+            assert response.status == 400, await response.text()
+            assert "one message only, please" in error_message("anthropic", await response.json())
     finally:
         await mw.close()

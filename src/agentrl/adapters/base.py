@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -39,7 +40,7 @@ from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
 from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
-from agentrl.rendering import IncrementalRenderer, RenderError
+from agentrl.rendering import IncrementalRenderer, RenderError, render_full
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent
 
@@ -55,6 +56,15 @@ def _resolve_parser(parser: Any, kind: str) -> Any:
         return parser
     cls = plugins.get_registry().get(kind, parser) if isinstance(parser, str) else parser
     return cls()
+
+
+@contextlib.contextmanager
+def _renderable() -> Iterator[None]:
+    """Answer a conversation the chat template rejects with a 400 quoting the template."""
+    try:
+        yield
+    except RenderError as exc:
+        raise ProtocolError(400, f"cannot render this conversation: {exc}") from None
 
 
 class Middleware:
@@ -309,15 +319,13 @@ class Middleware:
         body = await read_json_body(request, self.max_body_bytes)
         self._authenticate(request)
         chat = adapter.parse_request(body, request.headers)
-        ids = self.tokenizer.apply_chat_template(
-            chat.messages,
-            tools=chat.tools,
-            add_generation_prompt=True,
-            tokenize=True,
-            **self.chat_template_kwargs,
-        )
-        if isinstance(ids, Mapping):
-            ids = ids["input_ids"]
+        with _renderable():
+            ids = render_full(
+                self.tokenizer,
+                chat.messages,
+                chat.tools,
+                chat_template_kwargs=self.chat_template_kwargs,
+            )
         return web.json_response(adapter.count_reply(len(ids)))
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
@@ -371,10 +379,8 @@ class Middleware:
             renderer = IncrementalRenderer(
                 self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
             )
-        try:
+        with _renderable():
             prompt = renderer.render(chat.messages, tools=chat.tools)
-        except RenderError as exc:
-            raise ProtocolError(400, f"cannot render this conversation: {exc}") from None
         params = sampling_params(session, chat, len(prompt.ids))
         engine_seconds = 0.0
         if params is None:
