@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import attrs
 import pytest
 
 from agentrl.graders.base import (
@@ -12,6 +13,7 @@ from agentrl.graders.base import (
     grade_timeout,
     grader_failed,
     grading_timed_out,
+    sandbox_source_problem,
 )
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.types import Task
@@ -62,6 +64,24 @@ def test_resolve_paths_leaves_absolute_and_remote_sources(tmp_path):
     task = Task(instance_id="a", problem_statement="", repo="repo")
     assert grader.resolve_paths(task, None).repo == "repo"
     assert pathlib.Path(grader.resolve_paths(task, tmp_path).repo).is_absolute()
+
+
+def test_sandbox_source_problem_names_the_rows_fields(tmp_path):
+    """No image and no repo names the image field; a missing host repo is named; URLs pass."""
+    bare = Task(instance_id="t", problem_statement="x")
+    reason = sandbox_source_problem(bare, "metadata.remote_env_info.image")
+    assert reason is not None
+    assert "set metadata.remote_env_info.image (a sandbox image) or metadata.repo" in reason
+    gone = Task(instance_id="t", problem_statement="x", repo=str(tmp_path / "gone"))
+    assert sandbox_source_problem(gone, "metadata.image") == (
+        f"metadata.repo {tmp_path / 'gone'} does not exist on this machine"
+    )
+    remote = Task(instance_id="t", problem_statement="x", repo="https://example.com/r.tar.gz")
+    assert sandbox_source_problem(remote, "metadata.image") is None
+    assert sandbox_source_problem(attrs.evolve(gone, repo=str(tmp_path)), "x") is None
+    assert (
+        sandbox_source_problem(Task(instance_id="t", problem_statement="x", image="i"), "x") is None
+    )
 
 
 def test_error_grades_say_what_happened():

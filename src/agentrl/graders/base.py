@@ -25,6 +25,8 @@ __all__ = [
     "grade_timeout",
     "grader_failed",
     "grading_timed_out",
+    "is_host_path",
+    "sandbox_source_problem",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,23 @@ def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = No
             raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
         return seconds
     return DEFAULT_GRADE_TIMEOUT
+
+
+def is_host_path(repo: str | None) -> bool:
+    """Whether a task's ``repo`` names a path on this machine (not a URL)."""
+    return bool(repo) and "://" not in repo
+
+
+def sandbox_source_problem(task: Task, image_field: str) -> str | None:
+    """Why no sandbox can be built for ``task`` (``image_field`` names the row's image key)."""
+    if not task.image and not task.repo:
+        return (
+            f"nothing to build a sandbox from: set {image_field} (a sandbox image) or "
+            "metadata.repo (a local directory or tarball)"
+        )
+    if is_host_path(task.repo) and not pathlib.Path(task.repo).exists():
+        return f"metadata.repo {task.repo} does not exist on this machine"
+    return None
 
 
 def cannot_grade(reason: str) -> Grade:
@@ -140,7 +159,7 @@ class Grader(abc.ABC):
         if metadata.get("gold_patch_path"):
             metadata["gold_patch_path"] = resolve_host_path(metadata["gold_patch_path"], base_dir)
         repo = task.repo
-        if repo and "://" not in repo:
+        if is_host_path(repo):
             repo = resolve_host_path(repo, base_dir)
         return attrs.evolve(task, repo=repo, metadata=metadata)
 

@@ -99,7 +99,7 @@ async def check_task(
     """Grade ``row``'s gold and empty patch ``runs`` times each and judge the task."""
     task = row.task
     source = f"{row.source}:{row.line}"
-    reason = grader.check(task)
+    reason = await asyncio.to_thread(grader.check, task)
     if reason:
         return TaskCheck(
             instance_id=task.instance_id, source=source, status=BROKEN, reasons=(reason,)

@@ -27,6 +27,7 @@ from agentrl.graders.base import (
     grade_timeout,
     grader_failed,
     grading_timed_out,
+    sandbox_source_problem,
 )
 from agentrl.graders.patching import (
     DEFAULT_TEST_PATTERNS,
@@ -216,13 +217,9 @@ class ScaleSWEGrader(Grader):
                 "no grading method: set one of metadata.swepro, metadata.eval_cmd or "
                 "metadata.remote_env_info.f2p_script"
             )
-        if not task.image and not task.repo:
-            return (
-                "nothing to build a sandbox from: set metadata.image (a sandbox image) or "
-                "metadata.repo (a local directory or tarball)"
-            )
-        if task.repo and "://" not in task.repo and not pathlib.Path(task.repo).exists():
-            return f"metadata.repo {task.repo} does not exist on this machine"
+        problem = sandbox_source_problem(task, "metadata.image")
+        if problem:
+            return problem
         if method == "swepro":
             swepro = grading["swepro"]
             for key in ("run_script_path", "parser_script_path"):
@@ -372,8 +369,7 @@ class ScaleSWEGrader(Grader):
             result = json.loads(parsed.stdout)
             statuses = {t["name"]: t.get("status") for t in result.get("tests", [])}
         except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
-            log = await sandbox.exec(f"tail -c 2000 {here}/stdout.log", user=self.user)
-            details["output_tail"] = log.stdout
+            details["output_tail"] = await self._swepro_stdout_tail(sandbox)
             return Grade(
                 reward=0.0,
                 error=(
@@ -387,8 +383,11 @@ class ScaleSWEGrader(Grader):
         details["fail_to_pass"] = {"passed": sum(t in passed for t in f2p), "total": len(f2p)}
         details["pass_to_pass"] = {"passed": sum(t in passed for t in p2p), "total": len(p2p)}
         if not statuses:
-            log = await sandbox.exec(f"tail -c 2000 {here}/stdout.log", user=self.user)
-            details["output_tail"] = log.stdout
+            details["output_tail"] = await self._swepro_stdout_tail(sandbox)
         required = set(f2p) | set(p2p)
         solved = bool(required) and required <= passed
         return Grade(reward=1.0 if solved else 0.0, details=details)
+
+    async def _swepro_stdout_tail(self, sandbox: Sandbox) -> str:
+        log = await sandbox.exec(f"tail -c 2000 {GRADE_DIR}/swepro/stdout.log", user=self.user)
+        return log.stdout

@@ -30,6 +30,7 @@ from agentrl.graders.base import (
     grade_timeout,
     grader_failed,
     grading_timed_out,
+    sandbox_source_problem,
 )
 from agentrl.graders.patching import (
     GIT_ANY_OWNER,
@@ -234,11 +235,7 @@ class SWEBenchGrader(Grader):
                 f"the eval script does not bracket its test output with {START_TEST_OUTPUT!r} "
                 f"and {END_TEST_OUTPUT!r}, so no test result could be read"
             )
-        if not task.image and not task.repo:
-            return "nothing to build a sandbox from: set remote_env_info.image or metadata.repo"
-        if task.repo and "://" not in task.repo and not pathlib.Path(task.repo).exists():
-            return f"metadata.repo {task.repo} does not exist on this machine"
-        return None
+        return sandbox_source_problem(task, "metadata.remote_env_info.image")
 
     # -- grading ---------------------------------------------------------------------------
     async def prepare(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
