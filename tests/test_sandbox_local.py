@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 
@@ -74,6 +75,14 @@ def _assert_gone(sandbox: LocalSandbox, ns: int | None) -> None:
     assert processes_in_namespace(ns) == []
     assert sandbox.state is not None and not sandbox.state.exists()
     assert sandbox.limits is not None and sandbox.limits.dirs == []
+
+
+async def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
 
 
 def _dead_pid() -> int:
@@ -408,6 +417,67 @@ async def test_agent_killing_the_spawner_is_a_clear_error(state_dir):
         with pytest.raises(SandboxGoneError, match="exited"):
             await sb.exec("true")
     _assert_gone(sb, ns)
+
+
+async def test_cancelled_while_leaving_still_tears_everything_down(state_dir):
+    """A task cancelled in its body, then again during teardown, leaves nothing behind, and
+    the state directory goes only once every process in the sandbox is dead."""
+    sb = LocalSandbox(state_dir=state_dir)
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with sb:
+            await sb.exec("setsid sleep 300 > /dev/null 2>&1 &", user="agent")
+            entered.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(hold())
+    await entered.wait()
+    ns = sb.pid_namespace
+    assert ns is not None and sb.state is not None
+    task.cancel()
+    await asyncio.sleep(0)  # the task is now inside aclose
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    state = sb.state
+    await _wait_for(lambda: not state.exists(), timeout=15)
+    assert processes_in_namespace(ns) == []
+    assert sb.limits is not None and sb.limits.dirs == []
+
+
+async def test_killed_owner_takes_the_sandbox_down_and_its_state_is_swept(state_dir):
+    """When the owning process is SIGKILLed the sandbox dies with it (--die-with-parent), and
+    the next sandbox started sweeps the state directory and cgroups it left."""
+    owner_script = (
+        "import asyncio, sys\n"
+        "from agentrl.sandboxes.local import LocalSandbox\n"
+        "async def main():\n"
+        "    sb = LocalSandbox(state_dir=sys.argv[1])\n"
+        "    await sb.start()\n"
+        "    await sb.exec('setsid sleep 300 > /dev/null 2>&1 &')\n"
+        "    print(sb.pid_namespace, sb.state.name, flush=True)\n"
+        "    await asyncio.sleep(300)\n"
+        "asyncio.run(main())\n"
+    )
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", owner_script, str(state_dir), stdout=asyncio.subprocess.PIPE
+    )
+    assert owner.stdout is not None
+    try:
+        line = await asyncio.wait_for(owner.stdout.readline(), 60)
+    finally:
+        owner.kill()
+        await owner.wait()
+    ns_text, name = line.decode().split()
+    ns = int(ns_text)
+    await _wait_for(lambda: processes_in_namespace(ns) == [])
+    assert (state_dir / name).is_dir()  # left behind by the dead owner
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        assert sb.limits is not None
+        parents = list(sb.limits.parents)
+    assert not (state_dir / name).exists()
+    assert [p / name for p in parents if (p / name).exists()] == []
 
 
 @pytest.mark.parametrize("field", ["image", "repo"])

@@ -6,9 +6,10 @@ import contextlib
 import logging
 import os
 import pathlib
-import signal
 import subprocess
 import time
+
+from agentrl.sandboxes._local_proc import kill_until_gone
 
 logger = logging.getLogger(__name__)
 
@@ -70,25 +71,20 @@ class Limits:
         if memory_mb is None and pids is None:
             return
         own = _own_cgroups()
-        name = tag
         try:
             v1 = {c: _v1_dir(c, own) for c in ("memory", "pids")}
             if all(v1.values()):
-                self._setup_v1(name, v1)  # type: ignore[arg-type]
+                self._setup_v1(tag, v1)  # type: ignore[arg-type]
                 self.mode = "cgroup-v1"
             elif (v2 := _v2_dir(own)) is not None:
-                self._setup_v2(v2 / name)
+                self._setup_v2(v2 / tag)
                 self.mode = "cgroup-v2"
             if self.dirs:
                 self._check_joinable()
                 return
         except OSError as exc:
             logger.info("cgroup limits unavailable (%s); using rlimits", exc)
-            for _ in range(50):  # the throwaway process may take a moment to leave
-                self.remove()
-                if not self.dirs:
-                    break
-                time.sleep(0.01)
+            self.remove(timeout=0.5)  # the throwaway process may take a moment to leave
             self.dirs, self.parents = [], []
         self.mode = "rlimit"
 
@@ -154,29 +150,27 @@ class Limits:
 
     def kill_all(self, timeout: float = 5.0) -> list[int]:
         """SIGKILL every process in the cgroups until none is left; return any survivors."""
-        deadline = time.monotonic() + timeout
         for d in self.dirs:
             kill_file = d / "cgroup.kill"
             if kill_file.exists():
                 with contextlib.suppress(OSError):
                     kill_file.write_text("1")
-        while True:
-            pids = self.pids_inside()
-            if not pids or time.monotonic() > deadline:
-                return pids
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
+        return kill_until_gone(self.pids_inside, timeout)
 
-    def remove(self) -> None:
-        """Remove the cgroups; any that is still busy stays in ``dirs``."""
-        left = []
-        for d in reversed(self.dirs):
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                left.append(d)
-        self.dirs = left[::-1]
+    def remove(self, timeout: float = 0.0) -> None:
+        """Remove the cgroups, retrying busy ones (whose last process is still leaving) for up
+        to ``timeout`` seconds; any left stays in ``dirs``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = []
+            for d in reversed(self.dirs):
+                try:
+                    d.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left.append(d)
+            self.dirs = left[::-1]
+            if not self.dirs or time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)

@@ -96,19 +96,24 @@ def processes_in_namespace(pid_namespace: int) -> list[int]:
     return found
 
 
-def kill_namespace(pid_namespace: int | None, timeout: float = 5.0) -> list[int]:
-    """SIGKILL every process in the pid namespace until none is left; return survivors."""
-    if pid_namespace is None:
-        return []
+def kill_until_gone(list_pids: Callable[[], list[int]], timeout: float = 5.0) -> list[int]:
+    """SIGKILL every pid ``list_pids`` returns until it returns none; return any survivors."""
     deadline = time.monotonic() + timeout
     while True:
-        pids = processes_in_namespace(pid_namespace)
+        pids = list_pids()
         if not pids or time.monotonic() > deadline:
             return pids
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
+
+
+def kill_namespace(pid_namespace: int | None, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every process in the pid namespace until none is left; return survivors."""
+    if pid_namespace is None:
+        return []
+    return kill_until_gone(lambda: processes_in_namespace(pid_namespace), timeout)
 
 
 def sweep_stale(paths: Iterable[pathlib.Path], remove: Callable[[pathlib.Path], object]) -> None:

@@ -342,15 +342,21 @@ class LocalSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
+        # Shielded: a caller cancelled while leaving the context must not leak the sandbox.
+        await asyncio.shield(self._teardown())
+
+    async def _teardown(self) -> None:
+        """Kill everything in the sandbox, then remove its state (never before: the
+        workspace is bound in, and a process still alive could write into it)."""
         try:
-            await asyncio.shield(self._teardown())
+            await self._stop()
         except Exception:
             logger.exception("local sandbox teardown failed")
         finally:
             if self.state is not None:
                 await asyncio.to_thread(shutil.rmtree, self.state, True)
 
-    async def _teardown(self) -> None:
+    async def _stop(self) -> None:
         if self._queue_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._queue_fd)
@@ -378,11 +384,7 @@ class LocalSandbox(Sandbox):
         survivors = proc.kill_namespace(self.pid_namespace)
         if self.limits is not None:
             survivors += self.limits.kill_all()
-            for _ in range(100):
-                self.limits.remove()
-                if not self.limits.dirs:
-                    break
-                time.sleep(0.02)
+            self.limits.remove(timeout=2.0)
         if survivors:
             logger.error("local sandbox: processes survived teardown: %s", survivors)
 
