@@ -440,6 +440,17 @@ async def test_missing_routing_key_fails_before_any_request(server, make_sandbox
     assert server.request_count == 0
 
 
+def test_bad_output_cap_fails_at_construction(monkeypatch, server, make_sandbox):
+    """An output cap below 64 bytes, or a non-integer one in the environment, is an error
+    when the sandbox is built, before any request (not after a command already ran)."""
+    with pytest.raises(SandboxError, match="at least 64"):
+        make_sandbox(max_output_bytes=10)
+    monkeypatch.setenv("AGENTRL_SANDBOX_MAX_OUTPUT_BYTES", "lots")
+    with pytest.raises(SandboxError, match="AGENTRL_SANDBOX_MAX_OUTPUT_BYTES='lots'"):
+        make_sandbox()
+    assert server.request_count == 0
+
+
 def test_options_come_from_agentrl_then_slime_environment():
     """AGENTRL_E2B_* wins over slime's names; explicit arguments win over both."""
     environ = {

@@ -104,10 +104,7 @@ def cap_output(data: bytes | str, limit: int | None = None) -> str:
     if len(raw) <= limit:
         return raw.decode("utf-8", errors="replace")
     half = limit // 2
-    dropped = len(raw) - 2 * half
-    head = raw[:half].decode("utf-8", errors="replace")
-    tail = raw[-half:].decode("utf-8", errors="replace")
-    return head + _TRUNCATION_MARKER.format(n=dropped) + tail
+    return _truncated(raw[:half], raw[-half:], len(raw) - 2 * half)
 
 
 def cap_file(path: str | os.PathLike[str], limit: int | None = None) -> str:
@@ -124,7 +121,11 @@ def cap_file(path: str | os.PathLike[str], limit: int | None = None) -> str:
             tail = f.read(half)
     except FileNotFoundError:
         return ""
-    dropped = size - 2 * half
+    return _truncated(head, tail, size - 2 * half)
+
+
+def _truncated(head: bytes, tail: bytes, dropped: int) -> str:
+    """The kept head and tail of an output around the marker counting what was dropped."""
     return (
         head.decode("utf-8", errors="replace")
         + _TRUNCATION_MARKER.format(n=dropped)

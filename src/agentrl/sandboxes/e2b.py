@@ -35,6 +35,7 @@ from agentrl.sandboxes.base import (
     SandboxGoneError,
     cap_output,
     check_result,
+    max_output_bytes,
 )
 from agentrl.types import ExecResult, Task
 
@@ -88,6 +89,7 @@ class E2BSandbox(Sandbox):
         **options: Any,
     ) -> None:
         self.options = E2BOptions.resolve(environ, **options)
+        self.max_output = max_output_bytes(self.options.max_output_bytes)
         self.image = image
         self.workdir = workdir
         self._boot_metadata = self._metadata_for(image)
@@ -284,7 +286,7 @@ class E2BSandbox(Sandbox):
     ) -> ExecResult:
         from e2b.sandbox.commands.command_handle import CommandExitException
 
-        limit = self.options.max_output_bytes
+        limit = self.max_output
         handle = await self._started().commands.run(
             cmd,
             background=True,
