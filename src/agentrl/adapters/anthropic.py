@@ -31,8 +31,8 @@ from agentrl.adapters.protocol import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    open_sse,
     sampling_hints,
+    send_sse,
     sse_event,
 )
 
@@ -258,28 +258,20 @@ class AnthropicAdapter(Adapter):
         }
         if not chat.stream:
             return web.json_response(message), recorded
-        response = await open_sse(request)
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage}}
         start["usage"]["output_tokens"] = 0
-        await response.write(
-            sse_event("message_start", {"type": "message_start", "message": start})
-        )
-        await response.write(sse_event("ping", {"type": "ping"}))
+        events = [{"type": "message_start", "message": start}, {"type": "ping"}]
         for index, block in enumerate(blocks):
-            for event in _block_events(index, block):
-                await response.write(sse_event(event["type"], event))
-        await response.write(
-            sse_event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                    "usage": {"output_tokens": turn.output_tokens},
-                },
-            )
-        )
-        await response.write(sse_event("message_stop", {"type": "message_stop"}))
-        await response.write_eof()
+            events += _block_events(index, block)
+        events += [
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": turn.output_tokens},
+            },
+            {"type": "message_stop"},
+        ]
+        response = await send_sse(request, (sse_event(e["type"], e) for e in events))
         return response, recorded
 
 

@@ -29,9 +29,9 @@ from agentrl.adapters.protocol import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    open_sse,
     parse_arguments,
     sampling_hints,
+    send_sse,
     sse_event,
 )
 
@@ -198,24 +198,21 @@ class OpenAIChatAdapter(Adapter):
                 "usage": usage,
             }
             return web.json_response(body), recorded
-        response = await open_sse(request)
 
-        async def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> None:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-            body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
-            await response.write(sse_event(None, body))
+            return sse_event(None, {**head, "object": "chat.completion.chunk", "choices": [choice]})
 
-        await chunk({"role": "assistant", "content": ""})
+        events = [chunk({"role": "assistant", "content": ""})]
         if turn.reasoning:
-            await chunk({"reasoning_content": turn.reasoning})
+            events.append(chunk({"reasoning_content": turn.reasoning}))
         if turn.text:
-            await chunk({"content": turn.text})
+            events.append(chunk({"content": turn.text}))
         for index, call in enumerate(message.get("tool_calls", ())):
-            await chunk({"tool_calls": [{"index": index, **call}]})
-        await chunk({}, finish)
+            events.append(chunk({"tool_calls": [{"index": index, **call}]}))
+        events.append(chunk({}, finish))
         if chat.context.get("include_usage"):
             body = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
-            await response.write(sse_event(None, body))
-        await response.write(sse_event(None, "[DONE]"))
-        await response.write_eof()
-        return response, recorded
+            events.append(sse_event(None, body))
+        events.append(sse_event(None, "[DONE]"))
+        return await send_sse(request, events), recorded

@@ -34,9 +34,9 @@ from agentrl.adapters.protocol import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    open_sse,
     parse_arguments,
     sampling_hints,
+    send_sse,
     sse_event,
 )
 from agentrl.adapters.wire_ids import unseal_text
@@ -314,26 +314,21 @@ class OpenAIResponsesAdapter(Adapter):
         }
         if not chat.stream:
             return web.json_response(response_obj), recorded
-        response = await open_sse(request)
-        sequence = 0
-
-        async def emit(event: dict[str, Any]) -> None:
-            nonlocal sequence
-            event = {"type": event.pop("type"), "sequence_number": sequence, **event}
-            sequence += 1
-            await response.write(sse_event(event["type"], event))
-
         pending = {**response_obj, "status": "in_progress", "output": [], "usage": None}
         pending["incomplete_details"] = None
-        await emit({"type": "response.created", "response": pending})
-        await emit({"type": "response.in_progress", "response": pending})
+        events = [
+            {"type": "response.created", "response": pending},
+            {"type": "response.in_progress", "response": pending},
+        ]
         for index, item in enumerate(output):
-            for event in _item_events(index, item):
-                await emit(event)
+            events += _item_events(index, item)
         final = "response.incomplete" if incomplete else "response.completed"
-        await emit({"type": final, "response": response_obj})
-        await response.write_eof()
-        return response, recorded
+        events.append({"type": final, "response": response_obj})
+        stream = (
+            sse_event(e["type"], {"type": e["type"], "sequence_number": n, **e})
+            for n, e in enumerate(events)
+        )
+        return await send_sse(request, stream), recorded
 
 
 def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:

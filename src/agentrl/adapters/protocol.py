@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -31,6 +31,7 @@ __all__ = [
     "fold_system_messages",
     "fold_system_messages_with_ids",
     "sampling_hints",
+    "send_sse",
     "sse_event",
 ]
 
@@ -338,7 +339,8 @@ def sse_event(event: str | None, data: Any) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
-async def open_sse(request: web.Request) -> web.StreamResponse:
+async def send_sse(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:
+    """Send a whole event stream; the generation is complete, so it goes in one write."""
     response = web.StreamResponse(
         status=200,
         headers={
@@ -348,4 +350,6 @@ async def open_sse(request: web.Request) -> web.StreamResponse:
         },
     )
     await response.prepare(request)
+    await response.write(b"".join(events))
+    await response.write_eof()
     return response
