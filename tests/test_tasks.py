@@ -262,6 +262,23 @@ def test_swebench_row_without_instance_is_rejected():
         SWEBenchGrader().parse_task({"metadata": {"eval_cmd": "true"}})
 
 
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"remote_env_info": {"instance_id": "a", "image": 5}}, "metadata.remote_env_info.image"),
+        (
+            {"remote_env_info": {"instance_id": "a", "workdir": []}},
+            "metadata.remote_env_info.workdir",
+        ),
+        ({"remote_env_info": {"instance_id": "a"}, "repo": 1}, "metadata.repo"),
+    ],
+)
+def test_swebench_bad_field_is_named(metadata, field):
+    """A swebench row whose image, workdir or repo is not a string names the field at fault."""
+    with pytest.raises(ValueError, match=field.replace(".", r"\.") + " must be a string"):
+        SWEBenchGrader().parse_task({"metadata": metadata})
+
+
 # -- loading ---------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from agentrl.types import Grade, Task
 
 __all__ = [
     "DEFAULT_GRADE_TIMEOUT",
+    "GRADE_DIR",
     "Grader",
     "SandboxFactory",
     "cannot_grade",
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 #: Builds a fresh (not yet started) sandbox for a task; graders never reuse the agent's.
 SandboxFactory = Callable[[Task], Sandbox]
+
+#: Grading files live here in the sandbox, away from the repository.
+GRADE_DIR = "/tmp/agentrl-grade"
 
 #: Seconds a grading run (the tests, not the sandbox boot) may take by default.
 DEFAULT_GRADE_TIMEOUT = 600.0

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from agentrl.graders.base import (
+    GRADE_DIR,
     Grader,
     SandboxFactory,
     cannot_grade,
@@ -35,7 +36,13 @@ from agentrl.graders.patching import (
     apply_patch,
     ensure_git_baseline,
 )
-from agentrl.graders.tasks import prompt_text, resolve_host_path
+from agentrl.graders.tasks import (
+    optional_str,
+    parse_common,
+    prompt_text,
+    require_mapping,
+    resolve_host_path,
+)
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
 from agentrl.types import Grade, Task
 
@@ -43,8 +50,6 @@ __all__ = ["ScaleSWEGrader"]
 
 logger = logging.getLogger(__name__)
 
-#: Grading files live here in the sandbox, away from the repository.
-GRADE_DIR = "/tmp/agentrl-grade"
 #: The f2p script is written inside the workdir so it imports the repository like a test.
 F2P_FILE = "_agentrl_f2p_test.py"
 _TAIL = 4000
@@ -53,22 +58,6 @@ METHODS = ("swepro", "eval_cmd", "f2p_script")
 
 def _tail(text: str, size: int = _TAIL) -> str:
     return text[-size:]
-
-
-def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{field} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _optional_str(value: Any, field: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
-    return value
 
 
 def _string_list(value: Any, field: str) -> list[str]:
@@ -96,25 +85,6 @@ def _pre_commands(value: Any, field: str) -> tuple[str, ...]:
     raise ValueError(f"{field} must be a string or a list of strings")
 
 
-def parse_common(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], dict]:
-    """``(metadata, remote_env_info, task metadata)`` shared by both row formats."""
-    if not isinstance(row, Mapping):
-        raise ValueError(f"a task row must be a JSON object, got {type(row).__name__}")
-    metadata = _mapping(row.get("metadata"), "metadata")
-    remote = _mapping(metadata.get("remote_env_info"), "metadata.remote_env_info")
-    extra: dict[str, Any] = {}
-    label = row.get("label")
-    if isinstance(label, str) and label:
-        extra["label"] = label
-    gold = _optional_str(metadata.get("gold_patch"), "metadata.gold_patch")
-    if gold:
-        extra["gold_patch"] = gold
-    gold_path = _optional_str(metadata.get("gold_patch_path"), "metadata.gold_patch_path")
-    if gold_path:
-        extra["gold_patch_path"] = gold_path
-    return metadata, remote, extra
-
-
 class ScaleSWEGrader(Grader):
     """Grades scaleswe rows: swepro, then ``eval_cmd``, then ``f2p_script``."""
 
@@ -140,8 +110,8 @@ class ScaleSWEGrader(Grader):
         metadata, remote, extra = parse_common(row)
         label = extra.get("label") if len(extra.get("label", "")) < 256 else None
         instance_id = (
-            _optional_str(metadata.get("instance_id"), "metadata.instance_id")
-            or _optional_str(remote.get("instance_id"), "metadata.remote_env_info.instance_id")
+            optional_str(metadata.get("instance_id"), "metadata.instance_id")
+            or optional_str(remote.get("instance_id"), "metadata.remote_env_info.instance_id")
             or label
         )
         if not instance_id:
@@ -150,13 +120,13 @@ class ScaleSWEGrader(Grader):
             )
         swepro = metadata.get("swepro") or None
         if swepro is not None:
-            swepro = dict(_mapping(swepro, "metadata.swepro"))
+            swepro = dict(require_mapping(swepro, "metadata.swepro"))
             for key in ("fail_to_pass", "pass_to_pass", "selected_test_files"):
                 swepro[key] = _string_list(swepro.get(key), f"metadata.swepro.{key}")
-        eval_cmd = _optional_str(metadata.get("eval_cmd"), "metadata.eval_cmd")
-        f2p_script = _optional_str(
+        eval_cmd = optional_str(metadata.get("eval_cmd"), "metadata.eval_cmd")
+        f2p_script = optional_str(
             remote.get("f2p_script"), "metadata.remote_env_info.f2p_script"
-        ) or _optional_str(metadata.get("f2p_script"), "metadata.f2p_script")
+        ) or optional_str(metadata.get("f2p_script"), "metadata.f2p_script")
         method = next(
             (m for m, v in zip(METHODS, (swepro, eval_cmd, f2p_script), strict=True) if v), None
         )
@@ -176,17 +146,17 @@ class ScaleSWEGrader(Grader):
         return Task(
             instance_id=instance_id,
             problem_statement=(
-                _optional_str(metadata.get("problem_statement"), "metadata.problem_statement")
+                optional_str(metadata.get("problem_statement"), "metadata.problem_statement")
                 or prompt_text(row.get("prompt"))
             ),
-            image=_optional_str(metadata.get("image"), "metadata.image")
-            or _optional_str(metadata.get("image_url"), "metadata.image_url")
-            or _optional_str(remote.get("image_url"), "metadata.remote_env_info.image_url")
-            or _optional_str(remote.get("image"), "metadata.remote_env_info.image"),
-            workdir=_optional_str(metadata.get("workdir"), "metadata.workdir")
-            or _optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
+            image=optional_str(metadata.get("image"), "metadata.image")
+            or optional_str(metadata.get("image_url"), "metadata.image_url")
+            or optional_str(remote.get("image_url"), "metadata.remote_env_info.image_url")
+            or optional_str(remote.get("image"), "metadata.remote_env_info.image"),
+            workdir=optional_str(metadata.get("workdir"), "metadata.workdir")
+            or optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
             or "/workspace",
-            repo=_optional_str(metadata.get("repo"), "metadata.repo"),
+            repo=optional_str(metadata.get("repo"), "metadata.repo"),
             protocol=self.name,
             pre_commands=_pre_commands(pre, "metadata.pre_commands"),
             grading=grading,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentrl.graders.base import (
+    GRADE_DIR,
     Grader,
     SandboxFactory,
     cannot_grade,
@@ -38,8 +39,7 @@ from agentrl.graders.patching import (
     ensure_git_baseline,
     swebench_ladder,
 )
-from agentrl.graders.scaleswe import GRADE_DIR, parse_common
-from agentrl.graders.tasks import prompt_text
+from agentrl.graders.tasks import optional_str, parse_common, prompt_text
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
 from agentrl.types import Grade, Task
 
@@ -165,18 +165,20 @@ class SWEBenchGrader(Grader):
             instance.setdefault(key, [])
         if remote.get("patch") and "gold_patch" not in extra:
             extra["gold_patch"] = remote["patch"]
-        image = remote.get("image") or metadata.get("image")
-        workdir = remote.get("workdir") or metadata.get("workdir") or "/testbed"
-        repo = metadata.get("repo")
-        for field, value in (("image", image), ("workdir", workdir), ("repo", repo)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+        image = optional_str(remote.get("image"), "metadata.remote_env_info.image") or optional_str(
+            metadata.get("image"), "metadata.image"
+        )
+        workdir = (
+            optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
+            or optional_str(metadata.get("workdir"), "metadata.workdir")
+            or "/testbed"
+        )
         return Task(
             instance_id=instance_id,
             problem_statement=problem if isinstance(problem, str) else "",
-            image=image or None,
+            image=image,
             workdir=workdir,
-            repo=repo or None,
+            repo=optional_str(metadata.get("repo"), "metadata.repo"),
             protocol=self.name,
             grading={"instance": instance},
             metadata=extra,

@@ -28,7 +28,10 @@ __all__ = [
     "grader_for",
     "iter_rows",
     "load_tasks",
+    "optional_str",
+    "parse_common",
     "prompt_text",
+    "require_mapping",
     "resolve_host_path",
     "select_protocol",
 ]
@@ -121,6 +124,43 @@ def _flatten_content(content: Any) -> str:
                 parts.append(block["text"])
         return "\n".join(parts)
     return ""
+
+
+def require_mapping(value: Any, field: str) -> Mapping[str, Any]:
+    """``value`` as a mapping (``{}`` when absent); ``ValueError`` naming ``field`` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def optional_str(value: Any, field: str) -> str | None:
+    """``value`` as a string (``None`` when absent or empty); ``ValueError`` naming ``field``."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    return value
+
+
+def parse_common(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], dict]:
+    """``(metadata, remote_env_info, task metadata)`` shared by both row formats."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"a task row must be a JSON object, got {type(row).__name__}")
+    metadata = require_mapping(row.get("metadata"), "metadata")
+    remote = require_mapping(metadata.get("remote_env_info"), "metadata.remote_env_info")
+    extra: dict[str, Any] = {}
+    label = row.get("label")
+    if isinstance(label, str) and label:
+        extra["label"] = label
+    gold = optional_str(metadata.get("gold_patch"), "metadata.gold_patch")
+    if gold:
+        extra["gold_patch"] = gold
+    gold_path = optional_str(metadata.get("gold_patch_path"), "metadata.gold_patch_path")
+    if gold_path:
+        extra["gold_patch_path"] = gold_path
+    return metadata, remote, extra
 
 
 def resolve_host_path(value: str | None, base_dir: pathlib.Path | None) -> str | None:
