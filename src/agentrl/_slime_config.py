@@ -266,7 +266,9 @@ class SlimeConfig:
         """The wall-clock cap on one rollout: explicit, else agent budget + eval + 180 s."""
         if self.guard_timeout is not None:
             return self.guard_timeout
-        return self.agent_time_budget + self.eval_timeout + 180.0
+        from agentrl.rollout import default_guard_timeout
+
+        return default_guard_timeout(self.agent_time_budget, self.eval_timeout)
 
     def grader_for(self, evaluation: bool) -> str:
         """The grader plugin name for a training or an evaluation rollout."""

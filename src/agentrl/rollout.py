@@ -37,7 +37,14 @@ from agentrl.harnesses.base import Harness
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task
 
-__all__ = ["DEFAULT_PROMPT", "RolloutConfig", "RolloutResult", "render_prompt", "run_rollout"]
+__all__ = [
+    "DEFAULT_PROMPT",
+    "RolloutConfig",
+    "RolloutResult",
+    "default_guard_timeout",
+    "render_prompt",
+    "run_rollout",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +74,17 @@ DEFAULT_DIFF_IGNORE = (
 )
 
 
+#: Seconds the outer guard allows beyond the agent's budget and grading (boot, install, …).
+GUARD_MARGIN = 180.0
+
+
+def default_guard_timeout(agent_time_budget: float, eval_timeout: float) -> float:
+    """The rollout guard when none is set: the agent's budget, grading, and ``GUARD_MARGIN``."""
+    return agent_time_budget + eval_timeout + GUARD_MARGIN
+
+
 def _guard_default(self: RolloutConfig) -> float:
-    return self.agent_time_budget + self.eval_timeout + 180.0
+    return default_guard_timeout(self.agent_time_budget, self.eval_timeout)
 
 
 @attrs.frozen(kw_only=True)
