@@ -195,3 +195,32 @@ async def test_conversation_the_template_rejects_is_400(qwen_tokenizer_dir, sgla
             assert "one message only, please" in error_message("anthropic", await response.json())
     finally:
         await mw.close()
+
+
+class VanishingClientAdapter(AnthropicAdapter):
+    """Anthropic, except that sending the reply fails as it does when the client is gone."""
+
+    async def respond(self, request, chat, turn):
+        raise ConnectionResetError("Cannot write to closing transport")
+
+
+async def test_client_gone_while_replying_is_not_an_internal_error(
+    qwen_tokenizer, sglang_client, scripted_engine, http, caplog
+):
+    """A reply that cannot be written is logged as a warning, not an error; nothing is recorded."""
+    mw = Middleware(
+        engine=sglang_client, tokenizer=qwen_tokenizer, adapters=[VanishingClientAdapter()]
+    )
+    await mw.start()
+    try:
+        token = mw.open_session("s")
+        scripted_engine.queue("never delivered")
+        path, body = ROUTES["anthropic"]
+        headers = {"Authorization": f"Bearer {token}"}
+        async with http.post(mw.url + path, json=body, headers=headers) as response:
+            assert response.status == 499
+        assert not mw.trajectory.has_session("s")
+        assert "client went away" in caplog.text
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    finally:
+        await mw.close()

@@ -307,6 +307,9 @@ class Middleware:
                 return adapter.error_response(error)
             except asyncio.CancelledError:
                 raise
+            except ConnectionError:
+                # The client went away mid-reply (the turn logged it); nothing can reach it.
+                return web.Response(status=499)
             except Exception:
                 logger.exception("%s %s failed", request.method, request.path)
                 return adapter.error_response(
@@ -421,7 +424,7 @@ class Middleware:
             if not response.prepared:
                 await response.prepare(request)
                 await response.write_eof()
-        except (ConnectionResetError, ConnectionError) as exc:
+        except ConnectionError as exc:
             logger.warning(
                 "session %s turn %d: client went away before the reply was sent "
                 "(%s); the turn is not recorded",
