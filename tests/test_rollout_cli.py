@@ -123,6 +123,16 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
     assert code == 2 and "--engine sglang needs --engine-url" in stderr
     code, _, stderr = await _agentrl("rollout", str(tmp_path / "nope.jsonl"), cwd=tmp_path)
     assert code == 2 and "does not exist" in stderr
+    url = ("--engine-url", "http://127.0.0.1:9")
+    code, _, stderr = await _agentrl(
+        "rollout", str(task_file), "--harness", "nope", *url, "--tokenizer", ".", cwd=tmp_path
+    )
+    assert code == 1 and "harness 'nope' is not available" in stderr, stderr[-2000:]
+    assert "claude_code" in stderr and "Traceback" not in stderr
+    code, _, stderr = await _agentrl(
+        "rollout", str(task_file), *url, "--tokenizer", str(tmp_path), cwd=tmp_path
+    )
+    assert code == 1 and "tokenizer" in stderr and "Traceback" not in stderr, stderr[-2000:]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     code, _, stderr = await _agentrl(

