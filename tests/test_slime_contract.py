@@ -17,10 +17,8 @@ import json
 import os
 import pathlib
 import shutil
-import sys
 import tempfile
 import types
-import typing
 
 import pytest
 
@@ -31,6 +29,7 @@ from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 from slime_stub import checks
+from slime_stub.rollout_state import install_generate_state
 from slime_stub.sample import Sample
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -457,24 +456,7 @@ async def test_slime_abort_stops_the_rollout_promptly(
 ):
     """When slime's rollout loop aborts the batch, an in-flight rollout returns a placeholder at once."""
 
-    class SingletonMeta(type):
-        _instances: typing.ClassVar[dict] = {}
-
-        def __call__(cls, *a, **k):
-            if cls not in cls._instances:
-                cls._instances[cls] = super().__call__(*a, **k)
-            return cls._instances[cls]
-
-    class GenerateState(metaclass=SingletonMeta):
-        """slime's per-process rollout state: the flag its abort() sets."""
-
-        def __init__(self, args):
-            self.aborted = False
-
-    module = types.ModuleType("slime.rollout.sglang_rollout")
-    module.GenerateState = GenerateState
-    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
-    state = GenerateState(None)
+    state = install_generate_state(monkeypatch)(None)
     stall = ScriptedReply(text="Waiting.\n" + _tool_call("Bash", {"command": STALL}))
     script = AgentScript(qwen_tokenizer, first=stall)
     engine = await _engine(qwen_tokenizer, script)

@@ -9,7 +9,6 @@ import inspect
 import subprocess
 import sys
 import types
-import typing
 
 import pytest
 
@@ -28,6 +27,7 @@ from agentrl._slime_service import ServiceSettings
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome
 from slime_stub import checks
+from slime_stub.rollout_state import install_generate_state
 from slime_stub.sample import Sample
 
 # -- signature and import ------------------------------------------------------------------
@@ -360,23 +360,9 @@ def test_session_id_prefers_slime_then_mints_unique():
 def test_slime_abort_flag_is_read_without_creating_state(monkeypatch):
     """The GenerateState singleton's `aborted` is read only when slime created it."""
 
-    class SingletonMeta(type):
-        _instances: typing.ClassVar[dict] = {}
-
-        def __call__(cls, *a, **k):
-            if cls not in cls._instances:
-                cls._instances[cls] = super().__call__(*a, **k)
-            return cls._instances[cls]
-
-    class GenerateState(metaclass=SingletonMeta):
-        def __init__(self, args):
-            self.aborted = False
-
-    module = types.ModuleType("slime.rollout.sglang_rollout")
-    module.GenerateState = GenerateState
-    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
+    GenerateState = install_generate_state(monkeypatch)
     assert slime_mod._slime_aborting(None) is False
-    assert GenerateState not in SingletonMeta._instances  # not created by the probe
+    assert GenerateState not in type(GenerateState)._instances  # not created by the probe
     state = GenerateState(None)
     assert slime_mod._slime_aborting(None) is False
     state.aborted = True
