@@ -18,7 +18,7 @@ from aiohttp import web
 from agentrl.plugins import get_sandbox
 from agentrl.sandboxes import _local_fs, _local_limits
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneError
-from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
+from agentrl.sandboxes.local import LocalSandbox, host_python_options, processes_in_namespace
 from agentrl.types import Task
 
 
@@ -211,6 +211,30 @@ async def test_network_only_the_middleware(state_dir, middleware):
     assert fetch.stdout.strip() == '{"path": "/v1/messages", "method": "POST"}'
     assert external.exit_code != 0 and "Network is unreachable" in external.stderr
     assert host_tcp.exit_code != 0 and "Connection refused" in host_tcp.stderr
+
+
+async def test_host_python_option_binds_this_interpreter(state_dir):
+    """host_python=True makes this interpreter and its packages run inside, first on PATH,
+    with pytest plugin autoloading off; explicit env wins; an image root ignores it."""
+    options = host_python_options()
+    assert all(not p.startswith(("/usr/", "/etc/")) for p in options["ro_binds"])
+    async with LocalSandbox(state_dir=state_dir) as plain:
+        without = await plain.exec(f"test -e {sys.executable}", user="agent")
+    async with LocalSandbox(state_dir=state_dir, host_python=True) as sb:
+        inside = await sb.exec(
+            "python -c 'import sys, attrs; print(sys.executable)'; "
+            "echo $PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+            user="agent",
+        )
+    assert inside.exit_code == 0, inside.stderr
+    assert inside.stdout == f"{sys.executable}\n1\n"
+    # Visible without the option exactly when it lives under the host's system directories.
+    assert (without.exit_code == 0) == (not options["ro_binds"])
+    mine = LocalSandbox(host_python=True, env={"PATH": "/bin"}, ro_binds={"/x": "/y"})
+    assert mine.env["PATH"] == "/bin" and mine.env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert mine.ro_binds == {**options["ro_binds"], "/x": "/y"}
+    imaged = LocalSandbox(image="/some/image", host_python=True)
+    assert (imaged.env, imaged.ro_binds) == ({}, {})
 
 
 # -- limits -----------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
+from typing import Any
 
+from agentrl.sandboxes._local_proc import DEFAULT_PATH
 from agentrl.sandboxes.base import SandboxError
 
 logger = logging.getLogger(__name__)
@@ -42,6 +45,26 @@ def cache_dir() -> pathlib.Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentrl"
     )
     return pathlib.Path(base)
+
+
+def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
+    """``ro_binds`` and ``env`` that make this machine's Python (and its pytest) usable in a
+    sandbox whose root is the host's.
+
+    Such a sandbox shows only the host's system directories; an interpreter installed
+    elsewhere (pyenv, a virtualenv under /root or /home) is bound in read-only at the same
+    path and its directory put first on PATH. Third-party pytest plugin autoloading is
+    turned off, because an editable install's source tree is not bound in.
+    """
+    system_dirs = tuple(f"/{name}/" for name in HOST_ROOT_DIRS)
+    binds: dict[str, str] = {}
+    candidates = (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(executable)))
+    for prefix in sorted({os.path.realpath(p) for p in candidates}):
+        # A prefix under a system directory, or under one bound already, is visible anyway.
+        if not (prefix + "/").startswith((*system_dirs, *(b + "/" for b in binds))):
+            binds[prefix] = prefix
+    path = f"{os.path.dirname(executable)}:{DEFAULT_PATH}"
+    return {"ro_binds": binds, "env": {"PATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
 
 
 def _is_tarball(path: pathlib.Path) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from agentrl.sandboxes import _local_fs as fs
 from agentrl.sandboxes import _local_proc as proc
+from agentrl.sandboxes._local_fs import host_python_options
 from agentrl.sandboxes._local_limits import Limits
 from agentrl.sandboxes._local_proc import processes_in_namespace
 from agentrl.sandboxes._local_scripts import BIN, CTL, INIT_SH, RUN_SH, SERVICES
@@ -43,7 +44,7 @@ from agentrl.sandboxes.base import (
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
 from agentrl.types import ExecResult, Task
 
-__all__ = ["LocalSandbox", "processes_in_namespace"]
+__all__ = ["LocalSandbox", "host_python_options", "processes_in_namespace"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class LocalSandbox(Sandbox):
     in and relayed to ``127.0.0.1:port`` inside, which ``url_for`` returns. ``memory_mb`` /
     ``pids``: limits for the whole sandbox (None: unlimited). ``tmp_size_mb`` /
     ``home_size_mb``: tmpfs sizes. ``overlay``: "auto", "never" or "require".
+    ``host_python``: with the host's root (no image), bind this machine's Python interpreter
+    in and put it first on PATH (see ``host_python_options``); ``ro_binds`` and ``env``
+    given here win over what it adds.
     """
 
     name = "local"
@@ -83,6 +87,7 @@ class LocalSandbox(Sandbox):
         startup_timeout: float = 30.0,
         bwrap: str = "bwrap",
         state_dir: str | os.PathLike[str] | None = None,
+        host_python: bool = False,
     ) -> None:
         if overlay not in ("auto", "never", "require"):
             raise ValueError(f"overlay must be 'auto', 'never' or 'require', got {overlay!r}")
@@ -93,13 +98,17 @@ class LocalSandbox(Sandbox):
         self.workdir = workdir.rstrip("/")
         self.services = {int(p): pathlib.Path(s) for p, s in (services or {}).items()}
         self.env = dict(env or {})
+        self.ro_binds = dict(ro_binds or {})
+        if host_python and image is None:
+            python = fs.host_python_options()
+            self.env = {**python["env"], **self.env}
+            self.ro_binds = {**python["ro_binds"], **self.ro_binds}
         self.memory_mb = memory_mb
         self.pids = pids
         self.tmp_size_mb = tmp_size_mb
         self.home_size_mb = home_size_mb
         self.agent_uid = agent_uid
         self.overlay = overlay
-        self.ro_binds = dict(ro_binds or {})
         self.max_output = _resolve_max_output(max_output_bytes)
         self.startup_timeout = startup_timeout
         self.bwrap = bwrap
