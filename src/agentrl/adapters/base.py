@@ -26,7 +26,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -51,11 +51,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def _resolve_parser(parser: Any, kind: str) -> Any:
-    if parser is None or not isinstance(parser, (str, type)):
-        return parser
-    cls = plugins.get_registry().get(kind, parser) if isinstance(parser, str) else parser
-    return cls()
+def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
+    """A parser instance from a registered name, a class or an instance (None stays None)."""
+    if isinstance(parser, str):
+        parser = lookup(parser)
+    return parser() if isinstance(parser, type) else parser
 
 
 @contextlib.contextmanager
@@ -87,8 +87,8 @@ class Middleware:
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
-        self.tool_parser = _resolve_parser(tool_parser, "tool_parser")
-        self.reasoning_parser = _resolve_parser(reasoning_parser, "reasoning_parser")
+        self.tool_parser = _resolve_parser(tool_parser, plugins.get_tool_parser)
+        self.reasoning_parser = _resolve_parser(reasoning_parser, plugins.get_reasoning_parser)
         self.trajectory = trajectory if trajectory is not None else TrajectoryManager()
         self.max_body_bytes = int(max_body_bytes)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
