@@ -112,6 +112,16 @@ async def test_finish_session_truncates_samples_to_max_sample_tokens(
     assert samples[0].tokens[prompt:] == served.output_ids[:3]
 
 
+async def test_only_the_latest_closed_tokens_are_remembered(middleware, http, monkeypatch):
+    """A long-running middleware forgets the oldest closed tokens: 403 turns into 401 for them."""
+    monkeypatch.setattr("agentrl.adapters.base.CLOSED_TOKENS_KEPT", 2)
+    tokens = [middleware.open_session(f"old-{i}") for i in range(3)]
+    for i in range(3):
+        await middleware.drop_session(f"old-{i}")
+    statuses = [(await post(http, middleware, "/v1/messages", HELLO, bearer(t)))[0] for t in tokens]
+    assert statuses == [401, 403, 403]
+
+
 async def test_turn_cap_answers_429_without_calling_the_engine(middleware, scripted_engine, http):
     """With max_turns=2, the third request is refused with 429 rate_limit_error."""
     token = middleware.open_session("capped", max_turns=2)

@@ -49,6 +49,9 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
+#: so a long-running middleware does not keep every token it ever issued.
+CLOSED_TOKENS_KEPT = 65_536
 
 
 def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
@@ -214,6 +217,8 @@ class Middleware:
             session.closed = True
             self._by_token.pop(session.token, None)
             self._closed_tokens[session.token] = sid
+            if len(self._closed_tokens) > CLOSED_TOKENS_KEPT:
+                del self._closed_tokens[next(iter(self._closed_tokens))]
         return session
 
     async def finish_session(
