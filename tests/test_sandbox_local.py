@@ -297,7 +297,7 @@ async def test_workspace_isolated_from_source_and_siblings(repo, state_dir, over
     assert (repo / "README.md").exists() and not (repo / "added.txt").exists()
 
 
-async def test_repo_tarball_and_image_directory_and_tarball(tmp_path, repo, state_dir):
+async def test_repo_tarball_and_image_directory_and_tarball(tmp_path, repo, state_dir, monkeypatch):
     """A repo tarball becomes the workspace; an image directory or tarball becomes the root."""
     repo_tar = tmp_path / "repo.tar.gz"
     with tarfile.open(repo_tar, "w:gz") as tar:
@@ -306,18 +306,15 @@ async def test_repo_tarball_and_image_directory_and_tarball(tmp_path, repo, stat
     image_tar = tmp_path / "image.tar"
     with tarfile.open(image_tar, "w") as tar:
         tar.add(image, arcname=".")
-    os.environ["AGENTRL_CACHE_DIR"] = str(tmp_path / "cache")
-    try:
-        for root in (image, image_tar):
-            async with LocalSandbox(image=str(root), repo=str(repo_tar), state_dir=state_dir) as sb:
-                inside = await sb.exec("cat /etc/image-marker; cat hello.py; ls /bin | wc -l")
-                no_python = await sb.exec("ls /usr/bin/python3")
-                as_agent = await sb.exec("id -u; echo hi > f; cat f", user="agent")
-            assert inside.stdout.splitlines()[:2] == ["minimal-image", "print('hello')"], inside
-            assert no_python.exit_code != 0
-            assert as_agent.stdout == "1000\nhi\n", as_agent
-    finally:
-        del os.environ["AGENTRL_CACHE_DIR"]
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    for root in (image, image_tar):
+        async with LocalSandbox(image=str(root), repo=str(repo_tar), state_dir=state_dir) as sb:
+            inside = await sb.exec("cat /etc/image-marker; cat hello.py; ls /bin | wc -l")
+            no_python = await sb.exec("ls /usr/bin/python3")
+            as_agent = await sb.exec("id -u; echo hi > f; cat f", user="agent")
+        assert inside.stdout.splitlines()[:2] == ["minimal-image", "print('hello')"], inside
+        assert no_python.exit_code != 0
+        assert as_agent.stdout == "1000\nhi\n", as_agent
 
 
 # -- files, env, timeouts ---------------------------------------------------------------------

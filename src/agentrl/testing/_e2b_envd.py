@@ -48,7 +48,10 @@ class ProcessRun:
 
 
 def request_user(request: web.Request) -> str:
-    """The user envd runs as, from the SDK's ``Authorization: Basic base64(user:)``."""
+    """The user envd runs as: the ``username`` query parameter (file transfers), else the
+    SDK's ``Authorization: Basic base64(user:)``."""
+    if username := request.query.get("username"):
+        return username
     header = request.headers.get("Authorization", "")
     if not header.startswith("Basic "):
         return "user"
@@ -167,7 +170,7 @@ async def handle_start(server: E2BServer, record: SandboxRecord, request: web.Re
     await response.write(wire.envelope(wire.start_event(run.pid)))
     if fault is not None:
         server.record("process.Start", record.sandbox_id, run.cmd, "severed", user)
-        await server.sever(request, fault)
+        server.sever(request)
         return response
     server.record("process.Start", record.sandbox_id, run.cmd, "ok", user)
     timeout_ms = request.headers.get("Connect-Timeout-Ms")
@@ -235,7 +238,7 @@ RPC_HANDLERS: dict[str, Callable[..., Any]] = {
 async def handle_files_get(server: E2BServer, record: SandboxRecord, request: web.Request) -> Any:
     """``GET /files?path=…``: download one file."""
     raw_path = request.query.get("path", "")
-    user = request_user(request) if "username" not in request.query else request.query["username"]
+    user = request_user(request)
     fault = server.take_fault("files.read", raw_path)
     if fault is not None and fault.action != "sever":
         return await server.apply_fault(request, fault, "files.read", record, raw_path, user)
@@ -252,7 +255,7 @@ async def handle_files_get(server: E2BServer, record: SandboxRecord, request: we
         if fault is not None:
             await response.write(handle.read(max(1, response.content_length // 2)))
             server.record("files.read", record.sandbox_id, raw_path, "severed", user)
-            await server.sever(request, fault)
+            server.sever(request)
             return response
         while chunk := handle.read(_READ_CHUNK):
             await response.write(chunk)
@@ -278,7 +281,7 @@ def _write_info(path: pathlib.Path) -> dict[str, str]:
 async def handle_files_post(server: E2BServer, record: SandboxRecord, request: web.Request) -> Any:
     """``POST /files``: upload as ``multipart/form-data`` or ``application/octet-stream``."""
     query_path = request.query.get("path")
-    user = request.query.get("username") or request_user(request)
+    user = request_user(request)
     fault = server.take_fault("files.write", query_path or "")
     if fault is not None:
         return await server.apply_fault(

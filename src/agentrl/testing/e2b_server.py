@@ -271,7 +271,7 @@ class E2BServer:
         # The connection is gone; aiohttp drops whatever is returned.
         raise asyncio.CancelledError
 
-    async def sever(self, request: web.Request, fault: Fault) -> None:
+    def sever(self, request: web.Request) -> None:
         """Cut the connection of a response already under way."""
         if request.transport is not None:
             request.transport.abort()
@@ -328,7 +328,7 @@ class E2BServer:
         if fault is not None:
             # Created, but the answer is lost on the way back.
             self.record("create", record.sandbox_id, detail, "severed")
-            await self.sever(request, fault)
+            self.sever(request)
             raise asyncio.CancelledError
         self.record("create", record.sandbox_id, detail, outcome)
         return web.json_response(
