@@ -95,6 +95,20 @@ def responder_for(tokenizer, reasoning: bool):
     return respond
 
 
+def make_middleware(engine, tokenizer, **options: Any):
+    """The benchmarked middleware: Anthropic Messages, Qwen3's parsers."""
+    from agentrl.adapters.base import Middleware
+
+    return Middleware(
+        engine=engine,
+        tokenizer=tokenizer,
+        tool_parser="hermes",
+        reasoning_parser="qwen3",
+        adapters=["anthropic"],
+        **options,
+    )
+
+
 async def drive_session(http, url, token, *, turns=None, until_tokens=None, reminder_every=0):
     """Play a Claude-Code-like client: replay each reply, answer its tool call with a file."""
     body = base_body()
@@ -136,23 +150,12 @@ async def drive_session(http, url, token, *, turns=None, until_tokens=None, remi
 async def overhead_run(tokenizer, *, incremental: bool, max_tokens: int) -> list[Any]:
     import aiohttp
 
-    from agentrl.adapters.anthropic import AnthropicAdapter
-    from agentrl.adapters.base import Middleware
     from agentrl.engines.sglang import SGLangEngine
-    from agentrl.parsers.hermes import HermesToolCallParser
-    from agentrl.parsers.reasoning import Qwen3ReasoningParser
     from agentrl.testing.scripted_engine import ScriptedEngine
 
     async with ScriptedEngine(tokenizer, responder=responder_for(tokenizer, False)) as scripted:
         engine = SGLangEngine(scripted.url)
-        mw = Middleware(
-            engine=engine,
-            tokenizer=tokenizer,
-            tool_parser=HermesToolCallParser(),
-            reasoning_parser=Qwen3ReasoningParser(),
-            adapters=[AnthropicAdapter()],
-            incremental_render=incremental,
-        )
+        mw = make_middleware(engine, tokenizer, incremental_render=incremental)
         await mw.start()
         try:
             token = mw.open_session("grow")
@@ -218,11 +221,7 @@ def rss_bytes() -> int:
 
 
 async def concurrency_run(tokenizer, sessions: int, turns: int) -> dict[str, Any]:
-    from agentrl.adapters.anthropic import AnthropicAdapter
-    from agentrl.adapters.base import Middleware
     from agentrl.engines.sglang import SGLangEngine
-    from agentrl.parsers.hermes import HermesToolCallParser
-    from agentrl.parsers.reasoning import Qwen3ReasoningParser
 
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
@@ -231,13 +230,7 @@ async def concurrency_run(tokenizer, sessions: int, turns: int) -> dict[str, Any
     loop = asyncio.get_running_loop()
     engine_url = await loop.run_in_executor(None, parent.recv)
     engine = SGLangEngine(engine_url)
-    mw = Middleware(
-        engine=engine,
-        tokenizer=tokenizer,
-        tool_parser=HermesToolCallParser(),
-        reasoning_parser=Qwen3ReasoningParser(),
-        adapters=[AnthropicAdapter()],
-    )
+    mw = make_middleware(engine, tokenizer)
     await mw.start()
     try:
         before = rss_bytes()
@@ -275,22 +268,12 @@ async def concurrency_run(tokenizer, sessions: int, turns: int) -> dict[str, Any
 async def yield_run(tokenizer, turns: int, reminder_every: int) -> dict[str, Any]:
     import aiohttp
 
-    from agentrl.adapters.anthropic import AnthropicAdapter
-    from agentrl.adapters.base import Middleware
     from agentrl.engines.sglang import SGLangEngine
-    from agentrl.parsers.hermes import HermesToolCallParser
-    from agentrl.parsers.reasoning import Qwen3ReasoningParser
     from agentrl.testing.scripted_engine import ScriptedEngine
 
     async with ScriptedEngine(tokenizer, responder=responder_for(tokenizer, True)) as scripted:
         engine = SGLangEngine(scripted.url)
-        mw = Middleware(
-            engine=engine,
-            tokenizer=tokenizer,
-            tool_parser=HermesToolCallParser(),
-            reasoning_parser=Qwen3ReasoningParser(),
-            adapters=[AnthropicAdapter()],
-        )
+        mw = make_middleware(engine, tokenizer)
         await mw.start()
         try:
             token = mw.open_session("yield")
