@@ -120,10 +120,6 @@ class AssistantTurn:
     mint: Any = None
     seal: Any = None
 
-    @property
-    def called_tools(self) -> bool:
-        return bool(self.tool_calls)
-
 
 class Adapter:
     """A wire protocol served by the middleware. Subclasses set ``name`` and ``routes``."""
