@@ -181,6 +181,8 @@ class Sandbox(abc.ABC):
     ) -> ExecResult:
         """Run a shell command and wait for it.
 
+        ``workdir`` None runs it in the backend's default directory (``local``: the sandbox's
+        workdir; ``e2b``: the user's home), so a caller that needs a directory passes it.
         Output is capped with ``cap_output``. When ``timeout`` runs out the command is
         killed and the result has ``exit_code == EXIT_EXEC_TIMEOUT``. ``check=True`` raises
         ``ExecFailedError`` on a non-zero exit. A call with ``idempotent=False`` is never
