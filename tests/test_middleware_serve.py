@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from agentrl.cli import cli
@@ -85,3 +86,27 @@ def test_serve_without_engine_url_says_what_to_pass(qwen_tokenizer_dir):
     result = CliRunner().invoke(serve, ["--tokenizer", str(qwen_tokenizer_dir)])
     assert result.exit_code == 2
     assert "--engine-url" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--engine-url", "localhost:30000"], "http(s)://host:port"),
+        (["--engine", "transformers", "--model", "/nonexistent/model"], "not a local model"),
+    ],
+)
+def test_serve_reports_a_bad_engine_location_without_a_traceback(
+    args, expected, qwen_tokenizer_dir
+):
+    """A malformed --engine-url or a missing --model directory is a usage error, not a crash."""
+    result = CliRunner().invoke(serve, ["--tokenizer", str(qwen_tokenizer_dir), *args])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert not isinstance(result.exception, (ValueError, RuntimeError))
+
+
+def test_serve_reports_a_missing_tokenizer_directory(tmp_path):
+    """--tokenizer pointing nowhere says so and exits 2 instead of raising TokenizerError."""
+    result = CliRunner().invoke(serve, ["--tokenizer", str(tmp_path / "nope")])
+    assert result.exit_code == 2, result.output
+    assert "is not a directory" in result.output

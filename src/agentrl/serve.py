@@ -58,15 +58,21 @@ def client_instructions(base_url: str, tokens: dict[str, str]) -> str:
 
 def build_engine(name: str, url: str | None, model: str | None) -> Any:
     from agentrl import plugins
+    from agentrl.engines.base import EngineError
 
     cls = plugins.get_engine(name)
     if name == "sglang":
         if not url:
             raise click.UsageError("--engine sglang needs --engine-url http://host:port")
-        return cls(url)
-    if not model:
+        location: str = url
+    elif not model:
         raise click.UsageError(f"--engine {name} needs --model PATH (a local model directory)")
-    return cls(model)
+    else:
+        location = model
+    try:
+        return cls(location)
+    except (ValueError, EngineError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 async def run_server(
@@ -206,9 +212,12 @@ def serve(
     reward: float,
 ) -> None:
     """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
-    from agentrl.tokenizers import load_tokenizer
+    from agentrl.tokenizers import TokenizerError, load_tokenizer
 
-    tokenizer = load_tokenizer(tokenizer_path)
+    try:
+        tokenizer = load_tokenizer(tokenizer_path)
+    except TokenizerError as exc:
+        raise click.UsageError(f"--tokenizer: {exc}") from None
     engine = build_engine(engine_name, engine_url, model)
     sampling = {
         key: value
