@@ -25,11 +25,11 @@ from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
-from agentrl.rollout import RolloutConfig, RolloutResult, run_rollout
+from agentrl.rollout import DEFAULT_PROMPT, RolloutConfig, RolloutResult, render_prompt, run_rollout
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.trajectory import TrajectoryManager
-from agentrl.types import Outcome
+from agentrl.types import Outcome, Task
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
@@ -351,6 +351,38 @@ async def test_a_sandbox_that_never_boots_is_an_infra_error(task, middleware, sc
         middleware.session(result.session_id)
 
 
+async def test_the_outer_guard_ends_a_hung_phase_as_an_infra_error(
+    task, middleware, scripted_engine
+):
+    """A boot that hangs past the outer guard: infra_error naming the phase; sandbox closed."""
+    built = []
+
+    class HangingSandbox(LocalSandbox):
+        async def start(self) -> None:
+            await asyncio.Event().wait()
+
+    def factory(task):
+        built.append(HangingSandbox.from_task(task))
+        return built[-1]
+
+    result = await run_rollout(
+        task,
+        harness=ClaudeCodeHarness(cli_path="/nonexistent", extra_args=(), extra_env={}),
+        grader=ScaleSWEGrader(),
+        sandbox_factory=factory,
+        middleware=middleware,
+        config=config(agent_time_budget=1, guard_timeout=1.5, boot_timeout=60),
+    )
+
+    assert result.outcome is Outcome.INFRA_ERROR and result.remove_sample
+    assert "rollout guard of 1.5s expired during the 'boot' phase" in result.error
+    assert 1.5 <= result.timings["total"] < 10 and result.reward == 0.0
+    assert len(built) == 1 and built[0]._closed
+    assert result.samples == () and not scripted_engine.generate_requests
+    with pytest.raises(KeyError):
+        middleware.session(result.session_id)
+
+
 async def test_the_time_budget_kills_the_agent_and_cleans_up(
     task, sandboxes, middleware, scripted_engine
 ):
@@ -532,3 +564,15 @@ def test_config_reads_agentrl_then_slime_variables():
         RolloutConfig.from_env({"SWE_BOOT_RETRIES": "many"})
     with pytest.raises(ValueError, match="guard_timeout"):
         RolloutConfig(agent_time_budget=100, guard_timeout=50)
+
+
+def test_the_prompt_fills_its_placeholders_and_keeps_other_braces():
+    """The four named placeholders are filled in one pass: other braces, and placeholder-like
+    text inside the issue itself, stay as written."""
+    task = Task(instance_id="t-9", problem_statement="Fix {x} in {workdir}.", workdir="/repo")
+    template = "{instance_id} in {workdir}/{problem_file}: {problem_statement} d = {'a': 1} {y}"
+    prompt = render_prompt(template, task, "ISSUE.md")
+    assert prompt == "t-9 in /repo/ISSUE.md: Fix {x} in {workdir}. d = {'a': 1} {y}"
+    default = render_prompt(DEFAULT_PROMPT, task, "PROBLEM_STATEMENT.md")
+    assert "<issue>\nFix {x} in {workdir}.\n</issue>" in default
+    assert "/repo/PROBLEM_STATEMENT.md" in default

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -57,6 +58,9 @@ modify the existing tests and do not commit.
 {problem_statement}
 </issue>
 """
+
+#: The placeholders ``render_prompt`` fills in.
+_PLACEHOLDER = re.compile(r"\{(problem_statement|workdir|problem_file|instance_id)\}")
 
 #: Untracked files an agent's own tool runs leave behind; never part of its diff.
 DEFAULT_DIFF_IGNORE = (
@@ -309,7 +313,5 @@ def render_prompt(template: str, task: Task, problem_file: str) -> str:
         "problem_file": problem_file,
         "instance_id": task.instance_id,
     }
-    out = template
-    for key, value in values.items():
-        out = out.replace("{" + key + "}", value)
-    return out
+    # One pass, so a placeholder-like text inside the issue itself is left as written.
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
