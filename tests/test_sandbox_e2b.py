@@ -207,6 +207,18 @@ async def test_exec_output_is_capped_and_binary_safe(make_sandbox):
     assert binary.stdout == "ok\ufffd\ufffdend"
 
 
+async def test_missing_workdir_is_a_clear_error_not_a_gone_sandbox(server, make_sandbox):
+    """envd refuses a nonexistent working directory ("cwd ... does not exist"): a SandboxError
+    naming it, sent once, while the sandbox stays usable (it is not reported as gone)."""
+    async with make_sandbox() as sandbox:
+        with pytest.raises(SandboxError, match="cwd '/nonexistent/dir' does not exist") as info:
+            await sandbox.exec("true", workdir="/nonexistent/dir")
+        assert not isinstance(info.value, SandboxGoneError)
+        assert (await sandbox.exec("echo still here")).stdout == "still here\n"
+        assert sandbox.retry_log == []
+    assert [c.outcome for c in server.calls_to("process.Start")] == ["error:invalid_argument", "ok"]
+
+
 # -- files -----------------------------------------------------------------------------------
 
 
@@ -535,6 +547,8 @@ def test_classification_of_client_failures():
     from connectrpc.errors import ConnectError
     from e2b.exceptions import (
         AuthenticationException,
+        FileNotFoundException,
+        InvalidArgumentException,
         SandboxException,
         SandboxNotRunningException,
         SandboxUnreachableException,
@@ -554,12 +568,18 @@ def test_classification_of_client_failures():
         SandboxException("sandbox abc does not exist"),
         SandboxException("sandbox is in STOPPED state"),
     ]
-    fatal = [SandboxException("400: bad template"), AuthenticationException("no key"), KeyError()]
+    fatal = [
+        SandboxException("400: bad template"),
+        AuthenticationException("no key"),
+        KeyError(),
+        InvalidArgumentException("cwd '/testbed' does not exist"),
+        FileNotFoundException("path '/x' does not exist"),
+    ]
     wrapped = RuntimeError("wrapper")
     wrapped.__cause__ = ConnectionAbortedError()
     assert [classify(e) for e in [*transient, wrapped]] == [Verdict.TRANSIENT] * 8
     assert [classify(e) for e in gone] == [Verdict.GONE] * 3
-    assert [classify(e) for e in fatal] == [Verdict.FATAL] * 3
+    assert [classify(e) for e in fatal] == [Verdict.FATAL] * 5
 
 
 async def test_double_replays_a_creation_with_the_same_idempotency_key(server):

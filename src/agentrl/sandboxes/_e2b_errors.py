@@ -50,6 +50,14 @@ _TRANSIENT_NAMES = frozenset(
         "SSLError",
     }
 )
+#: SDK exceptions that are the server refusing the request itself: re-sending cannot help.
+_FATAL_SDK_CLASSES = (
+    "AuthenticationException",
+    "InvalidArgumentException",
+    "FileNotFoundException",
+    "TemplateException",
+    "NotEnoughSpaceException",
+)
 _TRANSIENT_CONNECT_CODES = frozenset(
     {"unavailable", "unknown", "internal", "aborted", "deadline_exceeded", "resource_exhausted"}
 )
@@ -75,21 +83,19 @@ def _classify_one(exc: BaseException) -> Verdict | None:
     """A verdict for this exception alone, or None when it says nothing either way."""
     if _sdk_class(exc, "SandboxNotRunningException") or _sdk_class(exc, "SandboxNotFoundException"):
         return Verdict.GONE
-    if _GONE_RE.search(str(exc)) and not _sdk_class(exc, "FileNotFoundException"):
-        return Verdict.GONE
     if _sdk_class(exc, "SandboxUnreachableException"):
         return Verdict.TRANSIENT
     if _sdk_class(exc, "RateLimitException") or _sdk_class(exc, "ServiceBusyException"):
         return Verdict.TRANSIENT
-    for name in (
-        "AuthenticationException",
-        "InvalidArgumentException",
-        "NotFoundException",
-        "TemplateException",
-        "NotEnoughSpaceException",
-    ):
+    # Typed refusals go before the message test: envd says "cwd '/x' does not exist" for a
+    # missing working directory, which is a bad request, not a gone sandbox.
+    for name in _FATAL_SDK_CLASSES:
         if _sdk_class(exc, name):
             return Verdict.FATAL
+    if _GONE_RE.search(str(exc)):
+        return Verdict.GONE
+    if _sdk_class(exc, "NotFoundException"):
+        return Verdict.FATAL
     if type(exc).__module__.startswith("connectrpc"):
         code = getattr(getattr(exc, "code", None), "value", None)
         if code in _TRANSIENT_CONNECT_CODES:
