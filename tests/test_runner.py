@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import attrs
 import pytest
 
 from agentrl.runner import Runner, rollout_key
+from agentrl.trajectory import TrainingSample
 from agentrl.types import Outcome, Task
 
 
-@attrs.frozen
-class FakeSample:
-    tokens: tuple = (1, 2, 3, 4)
-    prompt_length: int = 2
-    response_length: int = 2
-    loss_mask: tuple = (1, 1)
-    rollout_logprobs: tuple = (-0.5, -0.25)
-    reward: float = 1.0
-    metadata: dict = attrs.Factory(dict)
+def FakeSample(reward: float = 1.0) -> TrainingSample:
+    """A small real training sample: two prompt tokens, two trained response tokens."""
+    return TrainingSample(
+        tokens=(1, 2, 3, 4),
+        prompt_length=2,
+        response_length=2,
+        loss_mask=(1, 1),
+        rollout_logprobs=(-0.5, -0.25),
+        reward=reward,
+        metadata={"turns": (1,)},
+    )
 
 
 @attrs.frozen
@@ -74,6 +78,8 @@ async def test_runs_every_task_sample_and_writes_files(tmp_path):
     samples = _read(tmp_path / "samples.jsonl")
     assert len(samples) == 8
     assert samples[0]["loss_mask"] == [1, 1] and samples[0]["response"] == "<2 ids>"
+    assert samples[0]["rollout_logprobs"] == [-0.5, -0.25] and samples[0]["tokens"] == [1, 2, 3, 4]
+    assert samples[0]["metadata"] == {"turns": [1]} and samples[0]["chain_index"] == 0
     log = tmp_path / "agent_logs" / "task-0__0.log"
     assert log.read_text() == '{"type":"result"}\n'
     assert summary.solved == 4
@@ -134,6 +140,55 @@ def test_resume_drops_uncommitted_samples_and_partial_lines(tmp_path):
     assert _read(tmp_path / "rollouts.jsonl") == [{"key": "a#0", "outcome": "solved"}]
 
 
+async def test_resuming_a_clean_run_rewrites_nothing(tmp_path):
+    """Resuming after a run that finished cleanly leaves both output files untouched."""
+
+    async def rollout(task, index):
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    first = Runner(rollout, tmp_path)
+    await first.run(first.plan(_tasks(2), 1))
+    files = [tmp_path / "rollouts.jsonl", tmp_path / "samples.jsonl"]
+    before = [(p.stat().st_ino, p.stat().st_mtime_ns, p.read_text()) for p in files]
+    assert Runner(rollout, tmp_path).done_keys() == {"task-0#0", "task-1#0"}
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns, p.read_text()) for p in files] == before
+
+
+def test_resume_restores_a_missing_final_newline(tmp_path):
+    """A complete last row cut before its newline is kept, and the next row starts a new line."""
+    (tmp_path / "rollouts.jsonl").write_text(
+        json.dumps({"key": "a#0"})
+        + "\n"
+        + json.dumps({"key": "a#0"})
+        + "\n"
+        + json.dumps({"key": "b#0"})
+    )
+    runner = Runner(lambda t, i: None, tmp_path)
+    assert runner.done_keys() == {"a#0", "b#0"}
+    assert (tmp_path / "rollouts.jsonl").read_text() == '{"key": "a#0"}\n{"key": "b#0"}\n'
+
+
+async def test_writing_results_does_not_block_the_event_loop(tmp_path):
+    """Serialising and decoding samples runs off the loop: other coroutines keep running."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_decode(ids):
+        entered.set()
+        assert gate.wait(5), "the event loop was blocked while a result was written"
+        return "text"
+
+    async def rollout(task, index):
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path, decode=slow_decode)
+    run = asyncio.create_task(runner.run(runner.plan(_tasks(1), 1)))
+    assert await asyncio.to_thread(entered.wait, 5)
+    gate.set()  # reached only while the loop runs during the write
+    summary = await run
+    assert summary.solved == 1
+    assert _read(tmp_path / "samples.jsonl")[0]["response"] == "text"
+
+
 async def test_infra_failures_are_marked_and_not_counted_as_reward(tmp_path):
     """Infra errors are written with remove_sample and kept out of the solve rate."""
 
@@ -188,6 +243,31 @@ async def test_cancellation_keeps_finished_rollouts(tmp_path):
     assert cancelled == ["task-1"]
     assert [r["instance_id"] for r in _read(tmp_path / "rollouts.jsonl")] == ["task-0"]
     assert (tmp_path / "summary.json").exists()
+
+
+async def test_cancellation_during_a_write_still_commits_it(tmp_path):
+    """Ctrl-C while a finished rollout is being written waits for its rollouts.jsonl line."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_decode(ids):
+        entered.set()
+        assert gate.wait(5)
+        return "text"
+
+    async def rollout(task, index):
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path, decode=slow_decode)
+    run = asyncio.create_task(runner.run(runner.plan(_tasks(1), 1)))
+    assert await asyncio.to_thread(entered.wait, 5)
+    run.cancel()
+    await asyncio.sleep(0)  # deliver the cancellation while the write is still blocked
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert [r["key"] for r in _read(tmp_path / "rollouts.jsonl")] == ["task-0#0"]
+    assert _read(tmp_path / "samples.jsonl")[0]["response"] == "text"
+    assert json.loads((tmp_path / "summary.json").read_text())["rollouts"] == 1
 
 
 def test_bad_arguments_are_rejected(tmp_path):

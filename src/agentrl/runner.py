@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import pathlib
 import statistics
 import time
@@ -143,38 +144,23 @@ class Runner:
 
     # -- resume ------------------------------------------------------------
     def done_keys(self) -> set[str]:
-        """Keys of rollouts already committed to ``rollouts.jsonl``; restores prior totals."""
-        path = self.out / ROLLOUTS_FILE
-        done: set[str] = set()
-        if not path.exists():
-            return done
-        kept_lines = []
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                logger.warning("ignoring a partial line in %s (interrupted write)", path)
-                continue
-            if row.get("key") in done:
-                continue
-            done.add(row["key"])
-            kept_lines.append(line)
-        path.write_text("".join(line + "\n" for line in kept_lines))
-        self._drop_uncommitted_samples(done)
-        return done
+        """Keys of rollouts already committed to ``rollouts.jsonl``.
 
-    def _drop_uncommitted_samples(self, done: set[str]) -> None:
-        path = self.out / SAMPLES_FILE
-        if not path.exists():
-            return
-        kept = []
-        for line in path.read_text().splitlines():
-            try:
-                if json.loads(line).get("key") in done:
-                    kept.append(line)
-            except json.JSONDecodeError:
-                continue
-        path.write_text("".join(line + "\n" for line in kept))
+        Also drops what an interrupted run left behind: torn lines, a rollout line written
+        twice, and sample rows of rollouts that never committed.
+        """
+        done: set[str] = set()
+
+        def first_commit(row: dict[str, Any]) -> bool:
+            key = row.get("key")
+            if not isinstance(key, str) or key in done:
+                return False
+            done.add(key)
+            return True
+
+        _filter_jsonl(self.out / ROLLOUTS_FILE, first_commit)
+        _filter_jsonl(self.out / SAMPLES_FILE, lambda row: row.get("key") in done)
+        return done
 
     def plan(self, tasks: Iterable[Task], samples_per_task: int) -> list[RolloutJob]:
         """Every (task, index) job not already done in the output directory."""
@@ -205,8 +191,8 @@ class Runner:
                     result = await self.rollout_fn(job.task, job.index)
                 finally:
                     self.summary.running -= 1
-                row = await self._write(job, result)
-                self.summary.add(row)
+                # A finished rollout is committed in full even if the run is cancelled now.
+                await _complete(self._commit(job, result))
                 if on_update:
                     on_update(self.summary)
 
@@ -220,7 +206,8 @@ class Runner:
             (self.out / SUMMARY_FILE).write_text(json.dumps(self.summary.to_dict(), indent=2))
         return self.summary
 
-    async def _write(self, job: RolloutJob, result: Any) -> dict[str, Any]:
+    async def _commit(self, job: RolloutJob, result: Any) -> None:
+        """Write one rollout's files, its ``rollouts.jsonl`` line last, and count it."""
         key = job.key
         stem = key.replace("#", "__")
         log_path = self.out / "agent_logs" / f"{stem}.log"
@@ -239,17 +226,29 @@ class Runner:
         row.pop("diff", None)
         row["outcome"] = Outcome(row["outcome"]).value
         async with self._write_lock:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            diff_path.parent.mkdir(parents=True, exist_ok=True)
-            log_path.write_text(result.agent_log or "")
-            diff_path.write_text(result.diff or "")
-            if not self.evaluation:
-                with (self.out / SAMPLES_FILE).open("a") as fh:
-                    for k, sample in enumerate(result.samples):
-                        fh.write(json.dumps(self._sample_row(job, k, sample, result)) + "\n")
-            with (self.out / ROLLOUTS_FILE).open("a") as fh:
-                fh.write(json.dumps(row, default=str) + "\n")
-        return row
+            # Serialising and decoding long samples takes tens of milliseconds each: off the
+            # event loop, which also serves the middleware.
+            await asyncio.to_thread(self._write_files, job, result, row, log_path, diff_path)
+        self.summary.add(row)
+
+    def _write_files(
+        self,
+        job: RolloutJob,
+        result: Any,
+        row: dict[str, Any],
+        log_path: pathlib.Path,
+        diff_path: pathlib.Path,
+    ) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        diff_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(result.agent_log or "")
+        diff_path.write_text(result.diff or "")
+        if not self.evaluation:
+            with (self.out / SAMPLES_FILE).open("a") as fh:
+                for k, sample in enumerate(result.samples):
+                    fh.write(json.dumps(self._sample_row(job, k, sample, result)) + "\n")
+        with (self.out / ROLLOUTS_FILE).open("a") as fh:
+            fh.write(json.dumps(row, default=str) + "\n")
 
     def _sample_row(self, job: RolloutJob, k: int, sample: Any, result: Any) -> dict[str, Any]:
         row = {
@@ -259,14 +258,59 @@ class Runner:
             "chain_index": k,
             "outcome": result.outcome.value,
             "remove_sample": bool(result.remove_sample),
-            "tokens": list(sample.tokens),
-            "prompt_length": sample.prompt_length,
-            "response_length": sample.response_length,
-            "loss_mask": list(sample.loss_mask),
-            "rollout_logprobs": list(sample.rollout_logprobs),
-            "reward": sample.reward,
-            "metadata": dict(sample.metadata),
+            **sample.to_dict(),
         }
         if self.decode is not None:
             row["response"] = self.decode(sample.tokens[sample.prompt_length :])
         return row
+
+
+async def _complete(awaitable: Awaitable[None]) -> None:
+    """Await ``awaitable`` to its end even when cancelled meanwhile, then pass the cancellation on."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved here: the cancellation is what propagates
+        raise asyncio.CancelledError
+    task.result()
+
+
+def _filter_jsonl(path: pathlib.Path, keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Keep the rows of a JSONL file that ``keep`` accepts; torn or foreign lines go.
+
+    One streaming pass decides; the file is rewritten (through a temporary file, then an
+    atomic rename) only when something changes, so resuming a clean run writes nothing.
+    """
+    if not path.exists():
+        return
+    kept: list[bool] = []
+    complete = True
+    with path.open() as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            kept.append(isinstance(row, dict) and keep(row))
+            complete = line.endswith("\n")
+    if all(kept) and complete:
+        return
+    if not all(kept):
+        logger.warning(
+            "%s: dropping %d of %d lines an interrupted run left unfinished",
+            path,
+            kept.count(False),
+            len(kept),
+        )
+    staging = path.with_name(f".{path.name}.resume")
+    with path.open() as src, staging.open("w") as dst:
+        for line, keep_line in zip(src, kept, strict=True):
+            if keep_line:
+                dst.write(line if line.endswith("\n") else line + "\n")
+    os.replace(staging, path)
