@@ -100,7 +100,7 @@ class LocalSandbox(Sandbox):
         self.env = dict(env or {})
         self.ro_binds = dict(ro_binds or {})
         if host_python and image is None:
-            python = fs.host_python_options()
+            python = host_python_options()
             self.env = {**python["env"], **self.env}
             self.ro_binds = {**python["ro_binds"], **self.ro_binds}
         self.memory_mb = memory_mb
