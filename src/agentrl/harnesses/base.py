@@ -261,11 +261,10 @@ class Harness(abc.ABC):
         return target
 
     async def _find_preinstalled(self, sandbox: Sandbox) -> str:
-        candidates = [self.cli_path] if self.cli_path else []
         where = self.cli_path or f"`{self.binary}` on the sandbox PATH"
         script = (
             f'p={shlex.quote(self.cli_path)}; [ -x "$p" ] && readlink -f "$p"'
-            if candidates
+            if self.cli_path
             else f'p=$(command -v {shlex.quote(self.binary)}) && readlink -f "$p"'
         )
         found = await sandbox.exec(self.with_path(script), user="root", timeout=30)
