@@ -300,16 +300,16 @@ async def exec_and_wait(
         # The caller gave up on the command: do not leave it running.
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(
-                asyncio.shield(_best_effort(sandbox, _kill_script(state), user=user)), 10
+                asyncio.shield(_best_effort(sandbox, "kill", _kill_script(state), user=user)), 10
             )
         raise
 
     stderr_note = ""
     if exit_code is None:
         logger.info("exec_and_wait %s: time budget of %.1fs exceeded; killing", tag, time_budget)
-        await _best_effort(sandbox, _kill_script(state), user=user)
+        await _best_effort(sandbox, "kill", _kill_script(state), user=user)
         # A command that finished on its own just before the kill keeps its exit code.
-        last = await _best_effort(sandbox, _read_marker(state), user=user)
+        last = await _best_effort(sandbox, "last poll", _read_marker(state), user=user)
         exit_code = _parse_marker(last.stdout) if last is not None else None
         if exit_code is None:
             exit_code = EXIT_TIME_BUDGET_EXCEEDED
@@ -319,6 +319,7 @@ async def exec_and_wait(
     if want_output:
         out = await _best_effort(
             sandbox,
+            "output read",
             cap_output_shell(f"{state}/out", limit)
             + "; "
             + cap_output_shell(f"{state}/err", limit)
@@ -327,7 +328,7 @@ async def exec_and_wait(
         )
         if out is not None:
             stdout, stderr = out.stdout, out.stderr
-    await _best_effort(sandbox, f"rm -rf {shlex.quote(state)}", user=user)
+    await _best_effort(sandbox, "cleanup", f"rm -rf {shlex.quote(state)}", user=user)
     return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr + stderr_note)
 
 
@@ -424,12 +425,12 @@ async def _state_exists(sandbox: Sandbox, state: str, user: str, attempts: int =
     return False
 
 
-async def _best_effort(sandbox: Sandbox, script: str, *, user: str) -> ExecResult | None:
+async def _best_effort(sandbox: Sandbox, what: str, script: str, *, user: str) -> ExecResult | None:
     """Run a cleanup-style exec; log and swallow failures other than a gone sandbox."""
     try:
         return await sandbox.exec(script, user=user, timeout=60)
     except SandboxGoneError:
         raise
     except (SandboxError, OSError, TimeoutError) as exc:
-        logger.warning("exec_and_wait: %s failed: %s", script.split()[0], exc)
+        logger.warning("exec_and_wait: the %s failed: %s", what, exc)
         return None
