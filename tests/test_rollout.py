@@ -480,9 +480,36 @@ async def test_a_grader_that_cannot_run_is_a_grader_error(
     result = await rollout(task, sandboxes.harness("claude_code"), agent_only, middleware)
 
     assert result.outcome is Outcome.GRADER_ERROR and result.remove_sample, result.error
+    assert result.error.startswith("grader 'scaleswe': grader failed: SandboxError: ")
     assert result.reward == 0.0 and result.grade is not None and result.grade.error
     assert result.diff and result.samples
     assert all(s.reward == 0.0 and s.metadata["outcome"] == "grader_error" for s in result.samples)
+
+
+async def test_a_grader_that_raises_is_a_grader_error(task, sandboxes, middleware, scripted_engine):
+    """A grader whose grade() raises: grader_error naming the exception, never a reward."""
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+
+    class RaisingGrader(ScaleSWEGrader):
+        async def grade(self, task, diff, sandbox_factory):
+            raise RuntimeError("the grading backend fell over")
+
+    result = await run_rollout(
+        task,
+        harness=sandboxes.harness("claude_code"),
+        grader=RaisingGrader(),
+        sandbox_factory=sandboxes,
+        middleware=middleware,
+        config=config(),
+    )
+
+    assert result.outcome is Outcome.GRADER_ERROR and result.remove_sample, result.error
+    assert result.error == (
+        "grader 'scaleswe': grader failed: RuntimeError: the grading backend fell over"
+    )
+    assert result.diff and result.reward == 0.0 and result.grade.applied_cleanly is False
+    assert all(s.reward == 0.0 for s in result.samples)
 
 
 async def test_two_concurrent_rollouts_of_one_task_do_not_interfere(

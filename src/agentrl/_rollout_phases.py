@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import plugins
-from agentrl.graders.base import Grader, SandboxFactory
+from agentrl.graders.base import Grader, SandboxFactory, grader_failed
 from agentrl.harnesses.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     Harness,
@@ -165,9 +165,7 @@ class Phases:
         with state.timed("grade"):
             state.grade = await self._grade()
         if state.grade.error is not None:
-            state.fail(
-                Outcome.GRADER_ERROR, f"grader {self.grader.name!r} failed: {state.grade.error}"
-            )
+            state.fail(Outcome.GRADER_ERROR, f"grader {self.grader.name!r}: {state.grade.error}")
 
     async def _agent(self) -> None:
         state, config, task, harness = self.state, self.config, self.task, self.harness
@@ -290,7 +288,7 @@ class Phases:
             )
         except Exception as exc:
             logger.exception("grader %s raised for %s", grader.name, self.task.instance_id)
-            error = f"{type(exc).__name__}: {exc}"
+            return grader_failed(exc)
         return Grade(reward=0.0, applied_cleanly=False, error=error)
 
     async def _finish(self) -> list[TrainingSample]:
