@@ -13,7 +13,12 @@ from array import array
 from collections.abc import Iterable
 from typing import Any
 
-from agentrl._trajectory_tokens import TokenStore, TurnTokens, common_prefix_length
+from agentrl._trajectory_tokens import (
+    TokenStore,
+    TurnTokens,
+    common_prefix_length,
+    zero_logprobs,
+)
 from agentrl._trajectory_tree import ChainEntry
 
 __all__ = ["DriftKind", "SampleParts", "linearize"]
@@ -47,10 +52,6 @@ class SampleParts:
         self.loss_mask = loss_mask
         self.logprobs = logprobs
         self.metadata = metadata
-
-
-def _zeros(count: int) -> array:
-    return array("d", bytes(8 * count))
 
 
 class _Builder:
@@ -91,14 +92,14 @@ class _Builder:
             self.logprobs.extend(turn.output_logprobs())
         else:
             self.mask.extend(bytes(count))
-            self.logprobs.extend(_zeros(count))
+            self.logprobs.extend(zero_logprobs(count))
         self.spans.append([turn, self.last_start, trained and count > 0])
 
     def extend(self, turn: TurnTokens, tail: array, trained: bool) -> None:
         """CLEAN: append the prompt's new tail as context, then the output."""
         self.tokens.extend(tail)
         self.mask.extend(bytes(len(tail)))
-        self.logprobs.extend(_zeros(len(tail)))
+        self.logprobs.extend(zero_logprobs(len(tail)))
         self._add_output(turn, trained)
 
     def realign(self, turn: TurnTokens, shared: int, tail: array, trained: bool) -> None:
@@ -109,7 +110,7 @@ class _Builder:
         del self.mask[cut:]
         del self.logprobs[cut:]
         self.mask[start:cut] = bytes(cut - start)
-        self.logprobs[start:cut] = _zeros(cut - start)
+        self.logprobs[start:cut] = zero_logprobs(cut - start)
         self.spans[-1][2] = False
         self.realigned.append(self.spans[-1][0].index)
         self.extend(turn, tail, trained)

@@ -13,7 +13,14 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["TokenStore", "TurnTokens", "common_prefix_length", "to_id_array", "to_logprob_array"]
+__all__ = [
+    "TokenStore",
+    "TurnTokens",
+    "common_prefix_length",
+    "to_id_array",
+    "to_logprob_array",
+    "zero_logprobs",
+]
 
 # Arrays are compared in chunks of this many items before bisecting inside the first
 # chunk that differs: slices compare in C, so a long shared prefix costs a few calls.
@@ -71,6 +78,11 @@ def to_logprob_array(values: Iterable[Any], what: str) -> array:
         return array("d", values)
     except TypeError as exc:
         raise ValueError(f"{what} must hold only numbers ({exc})") from None
+
+
+def zero_logprobs(count: int) -> array:
+    """``count`` log-probs of 0.0, as a float64 array (for untrained positions)."""
+    return array("d", bytes(8 * count))
 
 
 class TurnTokens:
@@ -137,7 +149,7 @@ class TurnTokens:
         """The output's log-probs, 0.0 for each token when the engine sent none."""
         if self.logprobs is not None:
             return self.logprobs
-        return array("d", bytes(8 * len(self.output)))
+        return zero_logprobs(len(self.output))
 
 
 class TokenStore:

@@ -126,9 +126,9 @@ def _check_nonnegative_int(value: Any, name: str) -> int:
 class TrajectoryManager:
     """Per-session turn trees, linearised into token-exact training samples.
 
-    ``fork_threshold_tokens`` bounds what is healed rather than forked: a drifted latest
-    response is realigned, and a rewritten replay merged, only when the response in
-    question is shorter than this (0 disables both). ``reward_split="full"`` gives every
+    ``fork_threshold_tokens`` bounds what is healed rather than forked: a drift inside the
+    latest response is realigned only when the new turn's output is shorter than this, and
+    a rewritten replay merged only when the replayed response is (0 disables both). ``reward_split="full"`` gives every
     sample of a trajectory its reward; ``"divide"`` gives each of its K samples
     reward / K. All methods are thread-safe.
     """
