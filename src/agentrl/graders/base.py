@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from agentrl.graders.tasks import resolve_host_path
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.types import Grade, Task
 
@@ -155,8 +156,6 @@ class Grader(abc.ABC):
         Called by ``load_tasks`` with the JSONL file's directory; graders with more host
         paths extend it.
         """
-        from agentrl.graders.tasks import resolve_host_path
-
         if base_dir is None:
             return task
         metadata = dict(task.metadata)
