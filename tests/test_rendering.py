@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentrl._trajectory_tokens import common_prefix_length
 from agentrl.rendering import (
     IncrementalRenderer,
     RenderError,
     _boundary_ids,
-    _common_prefix_length,
     render_full,
 )
 
@@ -181,12 +181,12 @@ def test_incremental_equals_full_when_history_is_rewritten(
 
 @given(a=st.text(max_size=30), b=st.text(max_size=30), shared=st.text(max_size=30))
 def test_common_prefix_length(a, b, shared):
-    """The binary-search common prefix equals the naive one."""
+    """The shared binary-search common prefix (the renderer compares texts with it) is the naive one."""
     x, y = shared + a, shared + b
     naive = 0
     while naive < min(len(x), len(y)) and x[naive] == y[naive]:
         naive += 1
-    assert _common_prefix_length(x, y) == naive
+    assert common_prefix_length(x, y) == naive
 
 
 # -- examples ----------------------------------------------------------------------

@@ -38,6 +38,8 @@ from typing import Any
 
 import attrs
 
+from agentrl._trajectory_tokens import common_prefix_length
+
 __all__ = ["IncrementalRenderer", "RenderError", "RenderStats", "RenderedPrompt", "render_full"]
 
 logger = logging.getLogger(__name__)
@@ -109,21 +111,6 @@ def render_full(
     """Render and tokenize everything from scratch (the reference the renderer must match)."""
     text = _render_text(tokenizer, messages, tools, chat_template, chat_template_kwargs or {})
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def _common_prefix_length(a: str, b: str) -> int:
-    # Binary search over slice comparisons: O(n log n) work, all of it in C.
-    limit = min(len(a), len(b))
-    if a[:limit] == b[:limit]:
-        return limit
-    lo, hi = 0, limit  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 _boundary_cache: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
@@ -241,7 +228,7 @@ class IncrementalRenderer:
             self._record(text, full_ids, reused=0, tokenized=len(text))
             return self.last  # type: ignore[return-value]
 
-        common = _common_prefix_length(self._text, text)
+        common = common_prefix_length(self._text, text)
         cut = bisect.bisect_right(self._cut_chars, common)
         if cut:
             start_char, start_ids = self._cut_chars[cut - 1], self._cut_ids[cut - 1]
