@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from agentrl._trajectory_tokens import common_prefix_length
 from agentrl.rendering import IncrementalRenderer
 
 __all__ = ["SAMPLING_POLICIES", "Chain", "Session", "new_token"]
@@ -44,15 +45,6 @@ class Chain:
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     tools: list[dict[str, Any]] | None = None
     last_used: int = 0
-
-
-def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
-    n = 0
-    for left, right in zip(a, b, strict=False):
-        if left != right:
-            break
-        n += 1
-    return n
 
 
 @attrs.define(eq=False)
@@ -134,7 +126,7 @@ class Session:
         for chain in self.chains:
             if chain.tools != tools:
                 continue
-            shared = _common_prefix(chain.messages, messages)
+            shared = common_prefix_length(chain.messages, messages)
             if shared > best_len:
                 best, best_len = chain, shared
         if best is None:
@@ -142,7 +134,9 @@ class Session:
                 self.chains.remove(min(self.chains, key=lambda c: c.last_used))
             donor, donor_len = None, 0
             for chain in donors:
-                shared = _common_prefix(chain.messages, messages) if chain.tools == tools else 0
+                shared = (
+                    common_prefix_length(chain.messages, messages) if chain.tools == tools else 0
+                )
                 if shared > donor_len:
                     donor, donor_len = chain, shared
             if donor is not None:
