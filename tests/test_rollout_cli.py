@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.rollout_cli import find_cli_dir
 from test_rollout import CLI_DIR, claude_solution, codex_solution
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,3 +140,15 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
         "rollout", str(bad), "--engine-url", "http://127.0.0.1:9", "--tokenizer", ".", cwd=tmp_path
     )
     assert code == 1 and "bad.jsonl:1" in stderr and "Traceback" not in stderr
+
+
+def test_cli_dir_default_follows_the_install_script(tmp_path, monkeypatch):
+    """AGENTRL_CLI_DIR (where install-clis.sh installs) is the default, if it holds the CLI."""
+    install = tmp_path / "clis"
+    (install / "bin").mkdir(parents=True)
+    (install / "bin" / "codex").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("AGENTRL_CLI_DIR", str(install))
+    monkeypatch.chdir(tmp_path)
+    assert find_cli_dir() == install.resolve()
+    assert find_cli_dir("codex") == install.resolve()
+    assert find_cli_dir("claude") != install.resolve()

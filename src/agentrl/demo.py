@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import pathlib
 import shutil
 import tempfile
@@ -137,18 +136,16 @@ def example_tasks_dir() -> pathlib.Path:
 
 
 def cli_dir() -> pathlib.Path:
-    """Where the agent CLIs are installed (``AGENTRL_CLI_DIR`` or ``.cache/clis``)."""
-    configured = os.environ.get("AGENTRL_CLI_DIR")
-    candidates = [pathlib.Path(configured)] if configured else []
-    here = pathlib.Path(__file__).resolve().parent
-    candidates += [pathlib.Path(".cache/clis"), here.parents[1] / ".cache" / "clis"]
-    for candidate in candidates:
-        if (candidate / "bin" / "claude").exists():
-            return candidate.resolve()
-    raise DemoError(
-        "Claude Code is not installed for agentrl: run scripts/install-clis.sh (or set "
-        "AGENTRL_CLI_DIR to a directory holding bin/claude)"
-    )
+    """Where Claude Code is installed for agentrl (see :func:`agentrl.rollout_cli.find_cli_dir`)."""
+    from agentrl.rollout_cli import find_cli_dir
+
+    found = find_cli_dir("claude")
+    if found is None:
+        raise DemoError(
+            "Claude Code is not installed for agentrl: run scripts/install-clis.sh (or set "
+            "AGENTRL_CLI_DIR to a directory holding bin/claude)"
+        )
+    return found
 
 
 def demo_options(model_dir: pathlib.Path, clis: pathlib.Path, *, max_turns: int, seed: int) -> Any:

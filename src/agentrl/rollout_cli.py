@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,13 @@ from agentrl.stack import Stack, StackError, StackOptions
 from agentrl.tokenizers import TokenizerError
 from agentrl.types import Task
 
-__all__ = ["print_summary", "rollout_command", "run_stack", "run_with_progress"]
+__all__ = [
+    "find_cli_dir",
+    "print_summary",
+    "rollout_command",
+    "run_stack",
+    "run_with_progress",
+]
 
 
 def _json_option(value: str | None, name: str) -> dict[str, Any]:
@@ -30,6 +37,23 @@ def _json_option(value: str | None, name: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise click.BadParameter("expected a JSON object", param_hint=name)
     return parsed
+
+
+def find_cli_dir(binary: str | None = None) -> pathlib.Path | None:
+    """Where ``scripts/install-clis.sh`` put the agent CLIs, or None.
+
+    ``AGENTRL_CLI_DIR`` (the script's destination) when set, else ``.cache/clis`` in the
+    current directory or in the source checkout. A candidate counts when it holds
+    ``bin/<binary>``, or any ``bin/`` directory when ``binary`` is None.
+    """
+    configured = os.environ.get("AGENTRL_CLI_DIR")
+    candidates = [pathlib.Path(configured)] if configured else []
+    checkout = pathlib.Path(__file__).resolve().parents[2]
+    candidates += [pathlib.Path(".cache/clis"), checkout / ".cache" / "clis"]
+    for candidate in candidates:
+        if (candidate / "bin" / (binary or "")).exists():
+            return candidate.resolve()
+    return None
 
 
 def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: bool) -> None:
@@ -117,7 +141,7 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     "--cli-dir",
     type=click.Path(file_okay=False),
     help="Host install of the agent CLIs (bin/claude, bin/codex) the local sandbox binds "
-    "read-only [default: .cache/clis when it exists].",
+    "read-only [default: $AGENTRL_CLI_DIR, else .cache/clis when it exists].",
 )
 @click.option("--public-host", help="Address sandboxes dial to reach the middleware (non-local).")
 @click.option("--sandbox-options", help="JSON object passed to the sandbox backend.")
@@ -141,8 +165,9 @@ def rollout_command(**kw: Any) -> None:
     except (TaskLoadError, LookupError) as exc:
         raise click.ClickException(str(exc)) from None
     cli_dir = kw["cli_dir"]
-    if cli_dir is None and pathlib.Path(".cache/clis/bin").is_dir():
-        cli_dir = ".cache/clis"
+    if cli_dir is None:
+        found = find_cli_dir()
+        cli_dir = str(found) if found is not None else None
     sampling = {}
     if kw["temperature"] is not None:
         sampling["temperature"] = kw["temperature"]
