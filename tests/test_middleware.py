@@ -317,6 +317,26 @@ async def test_rewritten_replay_is_restored_so_every_sampled_token_trains(
     assert restored == {0: [], 1: [1], 2: [1, 3]}
 
 
+async def test_malformed_tool_call_stays_visible_and_marks_the_turn_ill_formed(
+    middleware, scripted_engine, http
+):
+    """A tool call the parser cannot read is answered as text, trained, and flagged ill_formed."""
+    token = middleware.open_session("broken")
+    tools = [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]
+    broken = '<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"\n</tool_call>'
+    scripted_engine.queue(f"Listing.\n{broken}")
+    body = {**HELLO, "tools": tools}
+    status, text = await post(http, middleware, "/v1/messages", body, bearer(token))
+    assert status == 200
+    reply = json.loads(text)
+    assert reply["stop_reason"] == "end_turn"
+    assert [b["type"] for b in reply["content"]] == ["text"]
+    assert broken in reply["content"][0]["text"]
+    samples = await middleware.finish_session("broken", reward=0.0)
+    assert len(samples) == 1 and samples[0].metadata["ill_formed"] is True
+    assert sum(samples[0].loss_mask) == len(scripted_engine.served[0].output_ids)
+
+
 async def test_minted_ids_name_their_turn_and_replays_are_linked(middleware, scripted_engine, http):
     """tool_use ids and thinking signatures encode turn 0; replaying them links turn 1 to turn 0."""
     token = middleware.open_session("ids")
