@@ -39,12 +39,15 @@ def new_token() -> str:
 
 @attrs.define(eq=False)
 class Chain:
-    """One conversation chain: its renderer and the messages it last rendered."""
+    """One conversation chain: its renderer (and so its tools) and the messages it last rendered."""
 
     renderer: IncrementalRenderer
     messages: list[dict[str, Any]] = attrs.field(factory=list)
-    tools: list[dict[str, Any]] | None = None
     last_used: int = 0
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return self.renderer.tools
 
 
 @attrs.define(eq=False)
@@ -146,7 +149,7 @@ class Session:
                 renderer = IncrementalRenderer(
                     tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
                 )
-            best = Chain(renderer=renderer, tools=tools)
+            best = Chain(renderer=renderer)
             self.chains.append(best)
             logger.debug("session %s: conversation chain %d opened", self.sid, len(self.chains))
         best.messages = list(messages)
