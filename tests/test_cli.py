@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
+import pytest
 from click.testing import CliRunner
 
-from agentrl import __version__
-from agentrl.cli import cli
+from agentrl import __version__, hookimpl, plugins
+from agentrl.cli import cli, main
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -58,3 +60,27 @@ def test_unknown_command_exits_2():
     assert result.returncode == 2
     assert "No such command" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_broken_plugin_is_one_line_not_a_traceback(capsys):
+    """Two plugins registering one name make `agentrl plugins` exit 2 with the plugin error."""
+    registry = plugins.PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    for owner in ("first", "second"):
+        module = types.ModuleType(owner)
+        twin = type("Twin", (), {"name": "twin"})
+
+        def register_sandboxes(register, cls=twin):
+            register(cls)
+
+        module.register_sandboxes = hookimpl(register_sandboxes)
+        registry.pm.register(module, name=owner)
+    previous = plugins.reset_registry(registry)
+    try:
+        with pytest.raises(SystemExit) as info:
+            main(["plugins"])
+    finally:
+        plugins.reset_registry(previous)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentrl: plugin error: sandbox 'twin' is registered twice")
+    assert "'first'" in err and "'second'" in err and "Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import types
 
 import pluggy
@@ -197,6 +198,17 @@ def test_misspelled_hook_is_caught():
     reg.pm.register(typo)
     with pytest.raises(pluggy.PluginValidationError, match="register_sandboxs"):
         reg.pm.check_pending()
+
+
+def test_misspelled_hook_fails_registry_start_with_advice(monkeypatch):
+    """A plugin module with a misspelled hook makes the registry fail naming it and the fix."""
+    typo = _plugin("typo_plugin", register_sandboxs=lambda register: None)
+    monkeypatch.setitem(sys.modules, "typo_plugin", typo)
+    with pytest.raises(PluginError) as info:
+        PluginRegistry(builtins=("typo_plugin",), load_entrypoints=False, disabled=())
+    message = str(info.value)
+    assert "register_sandboxs" in message
+    assert "AGENTRL_DISABLE_PLUGINS=typo_plugin" in message
 
 
 def test_trace_logs_every_hook_call(caplog):

@@ -63,13 +63,17 @@ def _load_plugin_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: load plugin commands, then dispatch."""
+    """Console entry point: load plugin commands, then dispatch.
+
+    A broken plugin (duplicate name, failing hook) is reported in one line, whether it
+    shows up while loading commands or when a command first looks plugins up.
+    """
     try:
         _load_plugin_commands()
+        cli.main(args=argv, prog_name="agentrl")
     except PluginError as exc:
         click.echo(f"agentrl: plugin error: {exc}", err=True)
         sys.exit(2)
-    cli.main(args=argv, prog_name="agentrl")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ _PARSER_TYPES = {"tool_call": "tool_parser", "reasoning": "reasoning_parser"}
 
 
 class PluginError(Exception):
-    """A plugin is missing, duplicated or broken."""
+    """A plugin is missing, duplicated or broken; the message names it and says what to do."""
 
 
 class NotAvailableError(PluginError, LookupError):
@@ -133,15 +133,22 @@ class PluginRegistry:
         if self._trace:
             self._enable_tracing()
         self._builtin_names: set[str] = set()
-        for module_name in builtins:
-            if self.pm.is_blocked(module_name):
-                continue
-            module = __import__(module_name, fromlist=["_"])
-            self.pm.register(module, name=module_name)
-            self._builtin_names.add(module_name)
-        if load_entrypoints:
-            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        self.pm.check_pending()
+        try:
+            for module_name in builtins:
+                if self.pm.is_blocked(module_name):
+                    continue
+                module = __import__(module_name, fromlist=["_"])
+                self.pm.register(module, name=module_name)
+                self._builtin_names.add(module_name)
+            if load_entrypoints:
+                self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            self.pm.check_pending()  # a hook implementation whose name matches no hook
+        except pluggy.PluginValidationError as exc:
+            name = self.pm.get_name(exc.plugin) or getattr(exc.plugin, "__name__", repr(exc.plugin))
+            raise PluginError(
+                f"{exc}. Fix the plugin {name!r} (hook names and arguments are in "
+                f"docs/plugins.md) or block it with AGENTRL_DISABLE_PLUGINS={name}"
+            ) from exc
         self._classes: dict[str, dict[str, type]] | None = None
         self._owners: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
