@@ -369,6 +369,27 @@ async def test_command_timeout_is_a_result(state_dir):
     assert left.stdout == "gone\n"
 
 
+async def test_kill_before_the_command_is_recorded_still_kills_it(state_dir):
+    """A timeout that fires before the spawner recorded the command's process group (here
+    timeout=0) still kills it at once; a kill for a finished request is harmless."""
+    survivors = (
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+        " | grep -c '^sleep 30'; true"
+    )
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        started = time.monotonic()
+        results = [await sb.exec("sleep 30; echo late", timeout=0) for _ in range(3)]
+        took = time.monotonic() - started
+        left = await sb.exec(survivors)
+        sb._send("kill 0123456789abcdef")  # no such request (any more)
+        after = await sb.exec("echo alive")
+    assert [r.exit_code for r in results] == [EXIT_EXEC_TIMEOUT] * 3
+    assert all(r.stdout == "" for r in results)
+    assert took < 5
+    assert left.stdout == "0\n"
+    assert after.stdout == "alive\n"
+
+
 async def test_output_is_capped(state_dir):
     """Exec output beyond max_output_bytes is truncated with a visible marker; binary decodes."""
     async with LocalSandbox(state_dir=state_dir, max_output_bytes=1000) as sb:

@@ -14,7 +14,15 @@ CTL = "/.agentrl/ctl"
 BIN = "/.agentrl/bin"
 SERVICES = "/.agentrl/services"
 
-INIT_SH = r"""
+#: Kill a command by its leader's pid, then its process group: the leader may not have
+#: called setsid yet (then there is no group, but it has no children either).
+_KILLGROUP = r"""
+killgroup() { kill -KILL "$1" 2>/dev/null; kill -KILL "-$1" 2>/dev/null; }
+"""
+
+INIT_SH = (
+    _KILLGROUP
+    + r"""
 C=/.agentrl/ctl
 fail() { printf '%s\n' "$*" > "$C/ready.tmp"; mv "$C/ready.tmp" "$C/ready"; echo ready > "$C/done"; exit 1; }
 for t in setsid mv; do
@@ -41,13 +49,18 @@ while IFS= read -r line <&3; do
       ( setsid sh /.agentrl/bin/run.sh "$id" < /dev/null > /dev/null 2>&1 3<&- & ) 2>/dev/null || {
         echo "agentrl: could not start the command: the sandbox's process limit is reached" > "$C/req/$id/err"
         echo 126 > "$C/req/$id/rc"; } ;;
-    kill\ *) id=${line#kill }; g=; read -r g < "$C/req/$id/pgid" 2>/dev/null; [ -n "$g" ] && kill -KILL "-$g" 2>/dev/null ;;
+    # `true`, not `:`: a failed redirection of a special builtin would end this shell.
+    kill\ *) id=${line#kill }; true 2>/dev/null > "$C/req/$id/kill"
+      g=; read -r g < "$C/req/$id/pgid" 2>/dev/null; [ -n "$g" ] && killgroup "$g" ;;
     exit) exit 0 ;;
   esac
 done
 """
+)
 
-RUN_SH = r"""
+RUN_SH = (
+    _KILLGROUP
+    + r"""
 d=/.agentrl/ctl/req/$1
 read -r user < "$d/user"
 if command -v bash >/dev/null 2>&1; then shell=bash; else shell=sh; fi
@@ -62,7 +75,10 @@ fi
 # which still writes the exit code.
 setsid $wrap sh -c "$inner" sh "$d" "$shell" < /dev/null > "$d/out" 2> "$d/err" &
 echo $! > "$d/pgid.tmp" && mv "$d/pgid.tmp" "$d/pgid"
+# A kill that came before the pgid was recorded found nothing to kill but left a marker.
+[ -e "$d/kill" ] && killgroup $!
 wait $!
 echo $? > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
 echo "$1" > /.agentrl/ctl/done
 """
+)
