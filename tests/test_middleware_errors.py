@@ -224,3 +224,14 @@ async def test_client_gone_while_replying_is_not_an_internal_error(
         assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
     finally:
         await mw.close()
+
+
+def test_an_adapter_route_of_unknown_kind_is_refused_at_construction(qwen_tokenizer):
+    """A plugin adapter whose route kind is neither 'turn' nor 'count' fails before serving."""
+
+    class Misrouted(AnthropicAdapter):
+        name = "misrouted"
+        routes = (("POST", "/v1/messages", "stream"),)
+
+    with pytest.raises(ValueError, match="'misrouted': route kind must be one of"):
+        Middleware(engine=None, tokenizer=qwen_tokenizer, adapters=[Misrouted()])

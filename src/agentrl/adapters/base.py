@@ -297,13 +297,17 @@ class Middleware:
     # -- handlers ----------------------------------------------------------------------
 
     def _handler(self, adapter: Adapter, kind: str):
+        routes = {"turn": self._turn, "count": self._count}
+        if kind not in routes:
+            raise ValueError(
+                f"adapter {adapter.name!r}: route kind must be one of {sorted(routes)}, "
+                f"got {kind!r}; fix its routes"
+            )
+        serve = routes[kind]
+
         async def handle(request: web.Request) -> web.StreamResponse:
             try:
-                if kind == "turn":
-                    return await self._turn(adapter, request)
-                if kind == "count":
-                    return await self._count(adapter, request)
-                raise ProtocolError(404, f"unknown route kind {kind!r}")
+                return await serve(adapter, request)
             except ProtocolError as error:
                 if error.status >= 500:
                     logger.warning(
