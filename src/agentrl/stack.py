@@ -19,6 +19,7 @@ How the agent inside a sandbox reaches the middleware:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import pathlib
@@ -247,12 +248,16 @@ class Stack:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     async def aclose(self) -> None:
-        if self.middleware is not None:
-            await self.middleware.close()
-            self.middleware = None
-        if self.engine is not None:
-            await self.engine.aclose()
-            self.engine = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        """Close the middleware, then the engine, then remove the socket directory.
+
+        Each step runs even when an earlier one fails (the first error is raised after).
+        """
+        middleware, engine, tmp = self.middleware, self.engine, self._tmp
+        self.middleware = self.engine = self._tmp = None
+        async with contextlib.AsyncExitStack() as cleanup:
+            if tmp is not None:
+                cleanup.callback(tmp.cleanup)
+            if engine is not None:
+                cleanup.push_async_callback(engine.aclose)
+            if middleware is not None:
+                cleanup.push_async_callback(middleware.close)
