@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.rollout_cli import find_cli_dir
+from agentrl.rollout_cli import find_cli_dir, run_with_progress
+from agentrl.runner import Runner
+from agentrl.types import Outcome
 from test_rollout import CLI_DIR, claude_solution, codex_solution
+from test_runner import FakeResult, FakeSample, _tasks
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
@@ -152,3 +155,17 @@ def test_cli_dir_default_follows_the_install_script(tmp_path, monkeypatch):
     assert find_cli_dir() == install.resolve()
     assert find_cli_dir("codex") == install.resolve()
     assert find_cli_dir("claude") != install.resolve()
+
+
+async def test_progress_line_counts_done_running_solved_failed(tmp_path, capsys):
+    """The live line ends showing done/total, nothing running, solved, failed and tokens/s."""
+
+    async def rollout(task, index):
+        outcome = Outcome.INFRA_ERROR if task.instance_id == "task-0" else Outcome.SOLVED
+        return FakeResult(task.instance_id, outcome, 1.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path / "out")
+    summary = await run_with_progress(runner, runner.plan(_tasks(3), 1))
+    assert (summary.done, summary.solved, summary.failed) == (3, 2, 1)
+    line = capsys.readouterr().out
+    assert "3/3" in line and "running 0 · solved 2 · failed 1 ·" in line and "tok/s" in line
