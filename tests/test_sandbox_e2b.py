@@ -69,6 +69,15 @@ async def _wait_for(predicate, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def _alive(pid: int) -> bool:
+    """Whether host process ``pid`` is running (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def _processes_done(server: E2BServer, sandbox_id: str) -> bool:
     return all(run.exit_code is not None for run in server.sandboxes[sandbox_id].processes.values())
 
@@ -171,16 +180,21 @@ async def test_exec_check_raises_with_the_output(make_sandbox):
 
 
 async def test_exec_timeout_kills_the_command(server, make_sandbox):
-    """A command past its timeout is killed and reported with EXIT_EXEC_TIMEOUT."""
+    """A command past its timeout is killed with its children (envd signals only the process
+    it started) and reported with EXIT_EXEC_TIMEOUT."""
     async with make_sandbox() as sandbox:
         home = server.sandboxes[sandbox.sandbox_id].home
-        result = await sandbox.exec("echo started; sleep 30; touch late", timeout=0.5)
+        result = await sandbox.exec(
+            "echo started; sleep 30 & echo $! > child; sleep 30; touch late", timeout=0.5
+        )
         assert result.exit_code == EXIT_EXEC_TIMEOUT
         assert result.stdout == "started\n"
         assert "timed out after 0.5s" in result.stderr
         assert [c.outcome for c in server.calls_to("process.SendSignal")] == ["ok"]
         await _wait_for(lambda: _processes_done(server, sandbox.sandbox_id))
         assert not (home / "late").exists()
+        child = int((home / "child").read_text())
+        await _wait_for(lambda: not _alive(child))
 
 
 async def test_cancelled_exec_kills_the_command(server, make_sandbox):

@@ -324,10 +324,25 @@ class E2BSandbox(Sandbox):
         )
 
     async def _kill_process(self, handle: Any) -> None:
+        """Kill a command and its children.
+
+        envd signals only the process it started, which it puts in a process group of its
+        own: after the process, what is left of its group is killed from inside the sandbox
+        (a harmless no-op on an envd that does not make one).
+        """
         try:
             await handle.kill()
         except Exception as exc:
             logger.warning("could not kill timed-out pid %s: %s", handle.pid, exc)
+        try:
+            await self._started().commands.run(
+                f"kill -KILL -{int(handle.pid)} 2>/dev/null; true",
+                user="root",
+                timeout=30,
+                request_timeout=self.options.request_timeout_sec,
+            )
+        except Exception as exc:
+            logger.warning("could not kill the process group of pid %s: %s", handle.pid, exc)
         try:
             await handle.disconnect()
         except Exception as exc:

@@ -208,8 +208,9 @@ async def handle_send_signal(server: E2BServer, record: SandboxRecord, request: 
         server.record("process.SendSignal", record.sandbox_id, str(pid), "error:not_found")
         return wire.connect_error_response("not_found", f"process with pid {pid} not found")
     sig = signal.SIGTERM if message.get("signal") == "SIGNAL_SIGTERM" else signal.SIGKILL
+    # Like envd: the process it started is signalled, not its process group.
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+        os.kill(pid, sig)
     server.record("process.SendSignal", record.sandbox_id, str(pid), "ok")
     return web.json_response({})
 
