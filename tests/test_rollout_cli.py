@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from agentrl.rollout_cli import find_cli_dir, run_with_progress
 from agentrl.runner import Runner
 from agentrl.types import Outcome
-from test_rollout import CLI_DIR, claude_solution, codex_solution
+from test_rollout import CLI_DIR, DONE, claude_solution, codex_solution
 from test_runner import FakeResult, FakeSample, _tasks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,6 +119,41 @@ async def test_rollout_command_solves_a_task(
     assert code == 0, stderr[-3000:]
     assert len(scripted_engine.served) == served_before, "a finished rollout was redone"
     assert "already done (resumed)" in stdout
+
+
+async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
+    tmp_path, scripted_engine, qwen_tokenizer_dir
+):
+    """SIGINT mid-turn: exit 130 with a resume hint, the engine request aborted, no traceback."""
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+    scripted_engine.queue(DONE, delay=120)
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    out = tmp_path / "out"
+    args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        *args,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        await scripted_engine.wait_for(lambda: bool(scripted_engine.generate_requests), 120)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    stderr = err.decode()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "re-run the same command to resume" in stderr and "Traceback" not in stderr
+    await scripted_engine.wait_for(lambda: bool(scripted_engine.abort_requests), 10)
+    assert not (out / "rollouts.jsonl").exists() or not (out / "rollouts.jsonl").read_text()
 
 
 async def test_rollout_command_rejects_bad_configuration(tmp_path):
