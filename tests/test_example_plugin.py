@@ -86,3 +86,13 @@ async def test_example_sandbox_works_through_the_contract():
         assert result.stdout == "hello"
         assert result.stderr == "err\n"
         assert await sandbox.read_file("/note.txt") == "hello"
+
+
+def test_error_advice_names_the_entry_point():
+    """A broken entry-point plugin is named by its entry point, the name blocking takes."""
+    import agentrl_example_plugin
+
+    from agentrl.plugins import _entry_point_name
+
+    _entry_point()
+    assert _entry_point_name(agentrl_example_plugin) == "example"

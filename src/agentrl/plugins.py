@@ -100,6 +100,15 @@ def _log_call(hook_name: str, kwargs: dict[str, Any], plugin_names: list[str]) -
     logger.info("hook %s(%s) -> %s", hook_name, arguments, plugin_names)
 
 
+def _entry_point_name(plugin: object) -> str:
+    """The ``agentrl`` entry-point name that loads ``plugin`` (what blocking takes)."""
+    module = getattr(plugin, "__name__", None)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value.split(":")[0] == module:
+            return ep.name
+    return module or repr(plugin)
+
+
 def _agentrl_version() -> str | None:
     try:
         return importlib.metadata.version("agentrl")
@@ -144,7 +153,7 @@ class PluginRegistry:
                 self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
             self.pm.check_pending()  # a hook implementation whose name matches no hook
         except pluggy.PluginValidationError as exc:
-            name = self.pm.get_name(exc.plugin) or getattr(exc.plugin, "__name__", repr(exc.plugin))
+            name = self.pm.get_name(exc.plugin) or _entry_point_name(exc.plugin)
             raise PluginError(
                 f"{exc}. Fix the plugin {name!r} (hook names and arguments are in "
                 f"docs/plugins.md) or block it with AGENTRL_DISABLE_PLUGINS={name}"
