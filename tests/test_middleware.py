@@ -114,7 +114,7 @@ async def test_finish_session_truncates_samples_to_max_sample_tokens(
 
 async def test_only_the_latest_closed_tokens_are_remembered(middleware, http, monkeypatch):
     """A long-running middleware forgets the oldest closed tokens: 403 turns into 401 for them."""
-    monkeypatch.setattr("agentrl.adapters.base.CLOSED_TOKENS_KEPT", 2)
+    monkeypatch.setattr("agentrl.adapters.sessions.CLOSED_TOKENS_KEPT", 2)
     tokens = [middleware.open_session(f"old-{i}") for i in range(3)]
     for i in range(3):
         await middleware.drop_session(f"old-{i}")

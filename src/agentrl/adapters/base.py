@@ -36,7 +36,7 @@ from agentrl import plugins
 from agentrl.adapters import probes
 from agentrl.adapters.probes import read_json_body
 from agentrl.adapters.protocol import Adapter, AssistantTurn, ChatRequest, ProtocolError
-from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, new_token
+from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
@@ -49,9 +49,6 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-#: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
-#: so a long-running middleware does not keep every token it ever issued.
-CLOSED_TOKENS_KEPT = 65_536
 
 
 def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
@@ -105,11 +102,9 @@ class Middleware:
         self.adapters: list[Adapter] = [
             plugins.get_adapter(a)() if isinstance(a, str) else a for a in adapters
         ]
-        self._sessions: dict[str, Session] = {}
+        self._sessions = SessionTable()
         #: Recently opened conversation chains, any session: new chains start from them.
         self._recent_chains: collections.deque = collections.deque(maxlen=4)
-        self._by_token: dict[str, Session] = {}
-        self._closed_tokens: dict[str, str] = {}
         self._stop_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
@@ -184,8 +179,6 @@ class Middleware:
         sampling_policy: str = "trainer",
     ) -> str:
         """Open session ``sid``; return the token its client sends as API key."""
-        if sid in self._sessions:
-            raise ValueError(f"session {sid!r} is already open; session ids must be unique")
         if sampling_policy not in SAMPLING_POLICIES:
             raise ValueError(
                 f"sampling_policy: expected one of {SAMPLING_POLICIES}, got {sampling_policy!r}"
@@ -201,25 +194,12 @@ class Middleware:
             max_turns=max_turns,
             sampling_policy=sampling_policy,
         )
-        self._sessions[sid] = session
-        self._by_token[token] = session
+        self._sessions.add(session)
         return token
 
     def session(self, sid: str) -> Session:
-        try:
-            return self._sessions[sid]
-        except KeyError:
-            raise KeyError(f"no open session {sid!r}; open it with open_session()") from None
-
-    def _close(self, sid: str) -> Session | None:
-        session = self._sessions.pop(sid, None)
-        if session is not None:
-            session.closed = True
-            self._by_token.pop(session.token, None)
-            self._closed_tokens[session.token] = sid
-            if len(self._closed_tokens) > CLOSED_TOKENS_KEPT:
-                del self._closed_tokens[next(iter(self._closed_tokens))]
-        return session
+        """The open session ``sid`` (KeyError naming it otherwise)."""
+        return self._sessions.get(sid)
 
     async def finish_session(
         self,
@@ -235,7 +215,7 @@ class Middleware:
         Samples are cut to ``max_sample_tokens`` (default: the session's context budget;
         0 keeps them whole).
         """
-        session = self._close(sid)
+        session = self._sessions.close(sid)
         if session is None:
             return []
         try:
@@ -256,7 +236,7 @@ class Middleware:
 
     async def drop_session(self, sid: str) -> None:
         """Close ``sid``, cancel its in-flight turn and forget its trajectory (idempotent)."""
-        session = self._close(sid)
+        session = self._sessions.close(sid)
         if session is not None:
             await self._cancel_inflight(session)
         self.trajectory.drop_session(sid)
@@ -267,32 +247,6 @@ class Middleware:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _authenticate(self, request: web.Request) -> Session:
-        candidates = []
-        auth = request.headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer ":
-            candidates.append(auth[7:].strip())
-        if request.headers.get("x-api-key"):
-            candidates.append(request.headers["x-api-key"].strip())
-        for token in candidates:
-            session = self._by_token.get(token)
-            if session is not None:
-                return session
-        for token in candidates:
-            if token in self._closed_tokens:
-                raise ProtocolError(
-                    403,
-                    f"session {self._closed_tokens[token]!r} is closed: its trajectory was "
-                    "finished or dropped; open a new session for another run",
-                )
-        if not candidates:
-            raise ProtocolError(
-                401,
-                "no API key: send the session token from open_session() as "
-                "'Authorization: Bearer <token>' or 'x-api-key: <token>'",
-            )
-        raise ProtocolError(401, "unknown API key: it is not the token of any open agentrl session")
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -329,7 +283,7 @@ class Middleware:
 
     async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         body = await read_json_body(request, self.max_body_bytes)
-        self._authenticate(request)
+        self._sessions.authenticate(request.headers)
         chat = adapter.parse_request(body, request.headers)
         with _renderable():
             ids = render_full(
@@ -343,7 +297,7 @@ class Middleware:
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         body = await read_json_body(request, self.max_body_bytes)
-        session = self._authenticate(request)
+        session = self._sessions.authenticate(request.headers)
         chat = adapter.parse_request(body, request.headers)
         task = asyncio.current_task()
         async with session.lock:

@@ -12,15 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from agentrl._trajectory_tokens import common_prefix_length
+from agentrl.adapters.protocol import ProtocolError
 from agentrl.rendering import IncrementalRenderer
 
-__all__ = ["SAMPLING_POLICIES", "Chain", "Session", "new_token"]
+__all__ = [
+    "CLOSED_TOKENS_KEPT",
+    "SAMPLING_POLICIES",
+    "Chain",
+    "Session",
+    "SessionTable",
+    "new_token",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +38,9 @@ logger = logging.getLogger(__name__)
 SAMPLING_POLICIES = ("trainer", "client")
 #: Conversation chains (each with its own renderer) kept per session.
 MAX_CHAINS = 8
+#: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
+#: so a long-running middleware does not keep every token it ever issued.
+CLOSED_TOKENS_KEPT = 65_536
 
 
 def new_token() -> str:
@@ -155,3 +166,74 @@ class Session:
         best.messages = list(messages)
         best.last_used = self._clock
         return best
+
+
+class SessionTable:
+    """The open sessions, by id and by token, and the latest closed tokens (for a clear 403).
+
+    Iterating it, ``in`` and ``len`` see the open session ids.
+    """
+
+    def __init__(self) -> None:
+        self._by_sid: dict[str, Session] = {}
+        self._by_token: dict[str, Session] = {}
+        self._closed_tokens: dict[str, str] = {}
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._by_sid
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_sid)
+
+    def __len__(self) -> int:
+        return len(self._by_sid)
+
+    def add(self, session: Session) -> None:
+        if session.sid in self._by_sid:
+            raise ValueError(f"session {session.sid!r} is already open; session ids must be unique")
+        self._by_sid[session.sid] = session
+        self._by_token[session.token] = session
+
+    def get(self, sid: str) -> Session:
+        try:
+            return self._by_sid[sid]
+        except KeyError:
+            raise KeyError(f"no open session {sid!r}; open it with open_session()") from None
+
+    def close(self, sid: str) -> Session | None:
+        """Mark ``sid`` closed and stop accepting its token; None when it is not open."""
+        session = self._by_sid.pop(sid, None)
+        if session is not None:
+            session.closed = True
+            self._by_token.pop(session.token, None)
+            self._closed_tokens[session.token] = sid
+            if len(self._closed_tokens) > CLOSED_TOKENS_KEPT:
+                del self._closed_tokens[next(iter(self._closed_tokens))]
+        return session
+
+    def authenticate(self, headers: Mapping[str, str]) -> Session:
+        """The open session whose token the client sent (Bearer or x-api-key); 401 / 403."""
+        candidates = []
+        auth = headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer ":
+            candidates.append(auth[7:].strip())
+        if headers.get("x-api-key"):
+            candidates.append(headers["x-api-key"].strip())
+        for token in candidates:
+            session = self._by_token.get(token)
+            if session is not None:
+                return session
+        for token in candidates:
+            if token in self._closed_tokens:
+                raise ProtocolError(
+                    403,
+                    f"session {self._closed_tokens[token]!r} is closed: its trajectory was "
+                    "finished or dropped; open a new session for another run",
+                )
+        if not candidates:
+            raise ProtocolError(
+                401,
+                "no API key: send the session token from open_session() as "
+                "'Authorization: Bearer <token>' or 'x-api-key: <token>'",
+            )
+        raise ProtocolError(401, "unknown API key: it is not the token of any open agentrl session")
