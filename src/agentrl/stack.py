@@ -171,6 +171,9 @@ class Stack:
 
         harness_options = dict(o.harness_options)
         sandbox_options: dict[str, Any] = {}
+        if o.sandbox == "local" and o.host_python:
+            # The local sandbox binds this machine's Python in for image-less tasks.
+            sandbox_options["host_python"] = True
         if o.over_unix_socket:
             unix_path = o.unix_path
             if unix_path is None:
@@ -208,12 +211,7 @@ class Stack:
 
     def sandbox_factory(self, task: Task) -> Any:
         """A fresh, unstarted sandbox for ``task`` (agent and grading sandboxes alike)."""
-        options = self.sandbox_options
-        if self.options.sandbox == "local" and self.options.host_python and task.image is None:
-            from agentrl.graders.check import host_python_options
-
-            options = merge_sandbox_options(host_python_options(), options)
-        return self._sandbox_cls.from_task(task, **options)
+        return self._sandbox_cls.from_task(task, **self.sandbox_options)
 
     def make_grader(self, name: str) -> Any:
         """A ``name`` grader, given the rollout's grading budget when it takes one."""
