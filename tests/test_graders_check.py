@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from agentrl.graders.base import Grader
-from agentrl.graders.check import check_task, host_python_options
+from agentrl.graders.check import check_task
 from agentrl.graders.tasks import TaskRow
 from agentrl.types import Grade, Task
 
@@ -151,17 +151,6 @@ async def test_grader_errors_and_unapplied_gold_are_broken():
     healthy = ScriptedGrader(gold=[Grade(reward=1.0)], empty=[Grade(reward=0.0)])
     result = await check_task(_row(), healthy, sandbox_factory=None, runs=1)
     assert result.status == "ok" and result.reasons == ()
-
-
-def test_host_python_options_bind_an_interpreter_outside_system_dirs():
-    """The running interpreter is put first on PATH and bound in when not under /usr."""
-    options = host_python_options()
-    assert options["env"]["PATH"].split(":")[0] == os.path.dirname(sys.executable)
-    assert options["env"]["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
-    prefix = os.path.realpath(sys.base_prefix)
-    if not prefix.startswith(("/usr/", "/opt/")):
-        assert options["ro_binds"][prefix] == prefix
-    assert all(not p.startswith("/usr/") for p in options["ro_binds"])
 
 
 def test_cli_lists_check_tasks():

@@ -20,7 +20,6 @@ import pytest
 
 from agentrl.adapters.base import Middleware
 from agentrl.engines.sglang import SGLangEngine
-from agentrl.graders.check import host_python_options
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -138,11 +137,10 @@ class Sandboxes:
 
     def __init__(self, middleware: Middleware) -> None:
         binds, self.cli_paths = _cli_binds()
-        python = host_python_options()  # this interpreter (and its pytest), bound read-only
         self.options = {
             "services": {SANDBOX_PORT: middleware.unix_path},
-            "ro_binds": {**binds, **python["ro_binds"]},
-            "env": python["env"],
+            "ro_binds": binds,
+            "host_python": True,  # this interpreter (and its pytest), bound read-only
         }
         self.built: list[LocalSandbox] = []
 

@@ -24,7 +24,6 @@ import pytest
 
 import agentrl.slime as slime_mod
 from agentrl._slime_samples import task_row
-from agentrl.graders.check import host_python_options
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
@@ -135,8 +134,8 @@ def slime_env(monkeypatch, short_dir):
             "bin/codex"
         )
     binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)
-    sandbox_options = host_python_options()  # the grader runs the task's pytest inside
-    sandbox_options["ro_binds"].update(binds)
+    # host_python: the grader runs the task's pytest inside with this interpreter.
+    sandbox_options = {"ro_binds": binds, "host_python": True}
     env = {
         "AGENTRL_HARNESS": "claude_code",
         "AGENTRL_SANDBOX": "local",

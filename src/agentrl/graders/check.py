@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,7 +34,6 @@ __all__ = [
     "check_task",
     "check_tasks",
     "check_tasks_command",
-    "host_python_options",
     "sandbox_factory_for",
 ]
 
@@ -44,8 +42,6 @@ logger = logging.getLogger(__name__)
 OK = "ok"
 BROKEN = "broken"
 UNCHECKED = "unchecked"
-#: Top-level host directories the local sandbox shows when a task has no image.
-_HOST_ROOT_DIRS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/opt/")
 
 
 @attrs.frozen(kw_only=True)
@@ -157,28 +153,6 @@ async def check_tasks(
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
-def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
-    """Local-sandbox options that make this machine's Python (and its pytest) usable inside.
-
-    The local sandbox shows only the host's system directories; an interpreter installed
-    elsewhere (pyenv, a virtualenv under /root or /home) is bound in read-only at the same
-    path and put first on PATH. Third-party pytest plugin autoloading is turned off,
-    because an editable install's source tree is not bound in.
-    """
-    binds = {}
-    for prefix in {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(executable))}:
-        prefix = os.path.realpath(prefix)
-        if not (prefix + "/").startswith(_HOST_ROOT_DIRS):
-            binds[prefix] = prefix
-    path = ":".join(
-        [
-            os.path.dirname(executable),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ]
-    )
-    return {"ro_binds": binds, "env": {"PATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
-
-
 def sandbox_factory_for(
     name: str, *, host_python: bool = True, options: Mapping[str, Any] | None = None
 ) -> SandboxFactory:
@@ -189,11 +163,12 @@ def sandbox_factory_for(
     sandbox_cls = get_sandbox(name)
     extra = dict(options or {})
 
+    if host_python and name == "local":
+        # The local sandbox binds this machine's Python itself (ignored for image roots).
+        extra = {"host_python": True, **extra}
+
     def factory(task: Task) -> Any:
-        kwargs = dict(extra)
-        if host_python and name == "local" and task.image is None:
-            kwargs = {**host_python_options(), **kwargs}
-        return sandbox_cls.from_task(task, **kwargs)
+        return sandbox_cls.from_task(task, **extra)
 
     return factory
 
