@@ -145,12 +145,6 @@ class Stack:
         self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
         sandbox_cls = plugins.get_sandbox(o.sandbox)
         engine_cls = plugins.get_engine(o.engine)
-        tool_parser = o.tool_parser
-        if isinstance(tool_parser, str):
-            tool_parser = plugins.get_tool_parser(tool_parser)
-        reasoning_parser = o.reasoning_parser
-        if isinstance(reasoning_parser, str):
-            reasoning_parser = plugins.get_reasoning_parser(reasoning_parser)
 
         self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
         if o.engine == "sglang":
@@ -162,8 +156,8 @@ class Stack:
         self.middleware = Middleware(
             engine=self.engine,
             tokenizer=self.tokenizer,
-            tool_parser=tool_parser,
-            reasoning_parser=reasoning_parser,
+            tool_parser=o.tool_parser,
+            reasoning_parser=o.reasoning_parser,
             trajectory=TrajectoryManager(
                 fork_threshold_tokens=o.fork_threshold_tokens, reward_split=o.reward_split
             ),
