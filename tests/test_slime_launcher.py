@@ -51,8 +51,11 @@ def _run(tmp_path: pathlib.Path, **env: str) -> list[list[str]]:
         "RAY_WAIT_SEC": "10",
         **env,
     }
-    # The launcher's own `python3` must be the one agentrl is installed in.
-    (bin_dir / "python3").symlink_to(sys.executable)
+    # The launcher's own `python3` must be the one agentrl is installed in. A symlink to a
+    # venv's interpreter placed outside the venv does not activate the venv, so exec it.
+    python3 = bin_dir / "python3"
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
     subprocess.run(
         ["bash", str(LAUNCHER)], env=full_env, check=True, capture_output=True, timeout=120
     )
