@@ -1,0 +1,147 @@
+"""What a user installs: the built wheel, its metadata and extras, and CI's fresh-machine guard."""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> pathlib.Path:
+    """The wheel built from this checkout, as `pip wheel .` builds it for a user."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["-w", str(out), str(REPO_ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("agentrl-*.whl")
+    return built
+
+
+def _extras(wheel: pathlib.Path) -> dict[str, set[str]]:
+    """Each extra's requirement names, read from the wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(name).decode())
+    extras: dict[str, set[str]] = {}
+    for requirement in metadata.get_all("Requires-Dist") or []:
+        spec, _, marker = requirement.partition(";")
+        found = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
+        if found:
+            package = re.match(r"[A-Za-z0-9_.\-]+", spec.strip()).group(0).lower()
+            extras.setdefault(found.group(1), set()).add(package)
+    return extras
+
+
+def test_wheel_ships_license_type_marker_and_example_tasks(wheel):
+    """The wheel carries the Apache-2.0 LICENSE, py.typed and the bundled example tasks."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert licenses, sorted(names)[:20]
+        assert "Apache License" in archive.read(licenses[0]).decode()
+    assert "agentrl/py.typed" in names
+    assert "agentrl/_examples/tasks/scaleswe.jsonl" in names
+    assert "agentrl/_examples/tasks/swebench.jsonl" in names
+
+
+def test_every_extra_that_renders_chat_templates_declares_jinja2(wheel):
+    """transformers renders chat templates with jinja2 but does not depend on it."""
+    extras = _extras(wheel)
+    rendering = [name for name, packages in extras.items() if "transformers" in packages]
+    assert {"serve", "hf", "demo", "slime", "dev"} <= set(rendering)
+    missing = [name for name in rendering if "jinja2" not in extras[name]]
+    assert not missing, f"extras with transformers but no jinja2: {missing}"
+
+
+def test_serve_extra_needs_no_torch_and_demo_reads_gguf(wheel):
+    """`[serve]` is the light way to run the middleware; `[demo]` brings the GGUF reader."""
+    extras = _extras(wheel)
+    assert extras["serve"] == {"transformers", "tokenizers", "jinja2"}
+    assert "torch" not in extras["dev"]
+    assert {"torch", "gguf", "accelerate", "jinja2"} <= extras["demo"]
+
+
+def test_wheel_runs_outside_the_checkout(wheel, tmp_path):
+    """Installed from the wheel and run from elsewhere, agentrl finds its own files."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site)]
+        + [str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    probe = (
+        "import agentrl, agentrl.demo as d; "
+        "print(agentrl.__file__); print(d.example_tasks_dir())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    module_file, tasks_dir = result.stdout.split()
+    assert pathlib.Path(module_file).is_relative_to(site)
+    assert pathlib.Path(tasks_dir) == site / "agentrl" / "_examples" / "tasks"
+    version = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "--version"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert version.returncode == 0, version.stderr
+    assert "0.1.0" in version.stdout
+
+
+def _fake_tool(bin_dir: pathlib.Path, name: str, body: str) -> None:
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(0o755)
+
+
+@pytest.mark.parametrize("outside", [True, False])
+def test_ci_refuses_to_run_where_agentrl_is_installed_outside_the_venv(tmp_path, outside):
+    """.ci/run stops before `make test` when a python3 outside .venv can import agentrl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "make.calls"
+    if outside:
+        _fake_tool(bin_dir, "python3", 'echo "/usr/lib/python3/dist-packages/agentrl/__init__.py"')
+    else:
+        _fake_tool(bin_dir, "python3", "echo 'No module named agentrl' >&2; exit 1")
+    _fake_tool(bin_dir, "make", f'echo "$@" >> "{calls}"')
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / ".ci" / "run")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if outside:
+        assert result.returncode == 1
+        assert "importable outside .venv" in result.stderr
+        assert "/usr/lib/python3/dist-packages/agentrl" in result.stderr
+        assert not calls.exists()
+    else:
+        assert result.returncode == 0, result.stderr
+        assert calls.read_text().split() == ["test"]
