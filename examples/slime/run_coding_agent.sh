@@ -9,7 +9,8 @@
 #   export HOSTFILE=/root/hostfile            # one worker IP per line (passwordless ssh)
 #   bash examples/slime/run_coding_agent.sh
 #
-# Every node needs slime's image plus `pip install 'agentrl[e2b]'` (the rollout manager,
+# Every node needs slime's image plus `pip install '/path/to/agentrl[e2b]'` (a checkout: the
+# name agentrl on PyPI is another project; the rollout manager,
 # which imports agentrl.slime, may be placed on any node). docs/slime.md explains each
 # setting; the AGENTRL_* defaults below are the ones to review for a new cluster.
 
@@ -104,7 +105,7 @@ export no_proxy="127.0.0.1,localhost,${MASTER_ADDR}${no_proxy:+,${no_proxy}}"
 export NO_PROXY="${no_proxy}"
 
 python3 -c "import agentrl.slime" || {
-  echo "agentrl is not importable here; pip install 'agentrl[e2b]' on every node" >&2
+  echo "agentrl is not importable here; pip install '/path/to/agentrl[e2b]' (a checkout) on every node" >&2
   exit 1
 }
 
