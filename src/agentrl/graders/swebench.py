@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agentrl.extras import install_hint
 from agentrl.graders.base import (
     GRADE_DIR,
     Grader,
@@ -80,7 +81,7 @@ def load_make_test_spec() -> tuple[Callable[..., Any], str]:
     raise SWEBenchUnavailable(
         "the swebench package is not installed or has no make_test_spec "
         f"({'; '.join(errors) or 'no module found'}); install it with: "
-        "pip install 'agentrl[swebench]'"
+        f"{install_hint('swebench')}"
     )
 
 

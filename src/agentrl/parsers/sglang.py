@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from agentrl.extras import install_hint
 from agentrl.parsers.base import (
     ReasoningParser,
     ReasoningResult,
@@ -106,7 +107,7 @@ class SGLangToolCallParser(ToolCallParser):
     def _parser(self, tools: Sequence[Mapping[str, Any]] | None) -> Any:
         modules = sglang_parser_modules()
         if modules is None:
-            raise ImportError("SGLang's parsers are not importable; pip install 'agentrl[sglang]'")
+            raise ImportError(f"SGLang's parsers are not importable; {install_hint('sglang')}")
         return modules[0](tools=_sglang_tools(tools), tool_call_parser=self.sglang_name)
 
     def has_tool_call(self, text: str) -> bool:
