@@ -32,7 +32,8 @@ def test_plugins_json_is_valid_and_complete():
     names = {entry["name"] for entry in data}
     assert {"agentrl.engines", "agentrl.sandboxes", "agentrl.graders"} <= names
     for entry in data:
-        assert set(entry) == {"name", "distribution", "version", "builtin", "registered"}
+        assert set(entry) == {"name", "distribution", "version", "builtin", "registered", "error"}
+        assert entry["error"] is None
         assert isinstance(entry["registered"], dict)
     builtin = next(e for e in data if e["name"] == "agentrl.sandboxes")
     assert builtin["version"] == __version__
@@ -43,6 +44,23 @@ def test_plugins_table_lists_plugins():
     result = CliRunner().invoke(cli, ["plugins"])
     assert result.exit_code == 0, result.output
     assert "agentrl.sandboxes" in result.output
+
+
+def test_plugins_table_prints_names_literally():
+    """Names in square brackets are shown as text, not swallowed as rich markup."""
+    registry = plugins.PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    module = types.ModuleType("brackets")
+    box = type("Box", (), {"name": "box[extra]"})
+    module.register_sandboxes = hookimpl(lambda register: register(box))
+    registry.pm.register(module, name="plugin[one]")
+    previous = plugins.reset_registry(registry)
+    try:
+        result = CliRunner().invoke(cli, ["plugins"], env={"COLUMNS": "200"})
+    finally:
+        plugins.reset_registry(previous)
+    assert result.exit_code == 0, result.output
+    assert "plugin[one]" in result.output
+    assert "sandbox: box[extra]" in result.output
 
 
 def test_version_and_help():

@@ -7,12 +7,16 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
+from click.testing import CliRunner
 
+from agentrl import hookimpl, plugins
 from agentrl.graders.base import Grader
-from agentrl.graders.check import check_task
+from agentrl.graders.check import check_task, check_tasks_command, why_tests_did_not_run
 from agentrl.graders.tasks import TaskRow
+from agentrl.stack import Stack, StackOptions
 from agentrl.types import Grade, Task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -95,7 +99,9 @@ def test_broken_tasks_are_reported(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     by_id = {r["instance_id"]: r for r in map(json.loads, result.stdout.splitlines())}
     assert by_id["gold-fails"]["status"] == "broken"
-    assert by_id["gold-fails"]["reasons"] == ["the gold patch does not solve the task"]
+    assert by_id["gold-fails"]["reasons"] == [
+        "the gold patch does not solve the task: the tests ran and failed (exit 1)"
+    ]
     assert by_id["empty-passes"]["status"] == "broken"
     assert "empty patch solves the task" in by_id["empty-passes"]["reasons"][0]
     assert by_id["no-gold"]["status"] == "unchecked"
@@ -161,3 +167,225 @@ def test_cli_lists_check_tasks():
     missing = run_cli("check-tasks", "does-not-exist.jsonl")
     assert missing.returncode == 1
     assert "cannot open task file does-not-exist.jsonl" in missing.stderr
+
+
+@pytest.mark.slow
+def test_test_command_that_cannot_run_is_not_a_failing_gold_patch(tmp_path):
+    """pytest missing, a command not found and a collection error are each reported as the
+    test command not running, with the cause named; tests that ran and failed (even with a
+    ModuleNotFoundError inside a test) are reported as the gold patch not solving the task.
+    The JSON carries the grader's output tail and -v shows it under each broken task."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mod.py").write_text("VALUE = 1\n")
+    (repo / "test_value.py").write_text(
+        "import importlib\nimport mod\n\n\n"
+        "def test_value():\n    assert mod.VALUE == 2\n\n\n"
+        "def test_helper():\n    importlib.import_module('helper_the_fix_should_add')\n"
+    )
+    (repo / "test_broken_import.py").write_text("import dependency_not_installed\n")
+    (tmp_path / "noop.diff").write_text(
+        "--- a/mod.py\n+++ b/mod.py\n@@ -1 +1,2 @@\n VALUE = 1\n+OTHER = 2\n"
+    )
+    commands = {
+        # -S keeps site-packages, hence pytest, out of this real interpreter's path.
+        "no-pytest": "python -S -m pytest -q test_value.py",
+        "not-found": "pytest-not-installed-anywhere -q",
+        "uncollectable": "python -m pytest -q test_broken_import.py",
+        "tests-fail": "python -m pytest -q test_value.py",
+    }
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "metadata": {
+                        "instance_id": name,
+                        "repo": "repo",
+                        "eval_cmd": command,
+                        "gold_patch_path": "noop.diff",
+                    }
+                }
+            )
+            + "\n"
+            for name, command in commands.items()
+        )
+    )
+    result = run_cli("check-tasks", str(path), "--json", "--runs", "1", "--protocol", "scaleswe")
+    assert result.returncode == 1, result.stdout + result.stderr
+    by_id = {r["instance_id"]: r for r in map(json.loads, result.stdout.splitlines())}
+    cannot_run = "the test command could not run on the gold patch: "
+    (reason,) = by_id["no-pytest"]["reasons"]
+    assert reason.startswith(cannot_run + "pytest is missing in the sandbox's Python (")
+    assert "No module named pytest" in reason
+    assert "No module named pytest" in by_id["no-pytest"]["output_tail"]
+    (reason,) = by_id["not-found"]["reasons"]
+    assert reason.startswith(cannot_run + "a command was not found (exit 127): ")
+    assert "pytest-not-installed-anywhere: command not found" in reason
+    (reason,) = by_id["uncollectable"]["reasons"]
+    assert reason.startswith(cannot_run + "a module is missing: ")
+    assert "No module named 'dependency_not_installed'" in reason
+    assert "error during collection" in by_id["uncollectable"]["output_tail"]
+    assert by_id["tests-fail"]["reasons"] == [
+        "the gold patch does not solve the task: the tests ran and failed (exit 1)"
+    ]
+    assert "2 failed" in by_id["tests-fail"]["output_tail"]
+
+    verbose = run_cli("check-tasks", str(path), "-v", "--runs", "1", "--protocol", "scaleswe")
+    assert verbose.returncode == 1, verbose.stderr
+    broken_line, tail_line = verbose.stderr.split("broken: no-pytest", 1)[1].splitlines()[:2]
+    assert "pytest is missing" in broken_line
+    assert tail_line.startswith("    | ") and "No module named pytest" in tail_line
+
+
+def test_grader_output_decides_ran_or_could_not_run():
+    """Exit codes 127/126 and runner-less output mean the tests did not run; a runner summary
+    counting passed or failed tests means they ran, whatever the failures say."""
+
+    def grade(exit_code, tail):
+        return Grade(reward=0.0, details={"exit_code": exit_code, "output_tail": tail})
+
+    assert why_tests_did_not_run(grade(1, "== 1 failed, 3 passed in 0.2s ==")) is None
+    ran = "E   ModuleNotFoundError: No module named 'foo'\n1 failed in 0.1s\n"
+    assert why_tests_did_not_run(grade(1, ran)) is None
+    assert why_tests_did_not_run(grade(1, "FAILED (failures=1)\nRan 2 tests in 0.01s\n")) is None
+    assert why_tests_did_not_run(grade(127, "")) == "a command was not found (exit 127)"
+    assert why_tests_did_not_run(grade(126, "sh: 1: ./run_tests.sh: Permission denied")) == (
+        "a command could not be executed (exit 126): sh: 1: ./run_tests.sh: Permission denied"
+    )
+    assert why_tests_did_not_run(grade(2, "sh: 1: pytest: not found")).startswith(
+        "pytest is missing in the sandbox's Python (sh: 1: pytest: not found)"
+    )
+    no_tests = "collected 0 items\n\n=== no tests ran in 0.01s ===\n"
+    assert why_tests_did_not_run(grade(5, no_tests)) == (
+        "the tests could not be collected, none ran: === no tests ran in 0.01s ==="
+    )
+    swebench = Grade(
+        reward=0.0, details={"eval_exit_code": 0, "log_tail": "No module named pytest"}
+    )
+    assert "pytest is missing" in why_tests_did_not_run(swebench)
+
+
+async def test_broken_task_keeps_the_failing_grades_output_tail():
+    """The output tail of the grade that broke the task is kept (and serialized); a healthy
+    task keeps none."""
+    failing = Grade(reward=0.0, details={"exit_code": 1, "output_tail": "AssertionError\n1 failed"})
+    grader = ScriptedGrader(gold=[failing], empty=[Grade(reward=0.0)])
+    result = await check_task(_row(), grader, sandbox_factory=None, runs=1)
+    assert result.reasons == (
+        "the gold patch does not solve the task: the tests ran and failed (exit 1)",
+    )
+    assert result.to_dict()["output_tail"] == "AssertionError\n1 failed"
+    healthy = ScriptedGrader(gold=[Grade(reward=1.0)], empty=[Grade(reward=0.0)])
+    result = await check_task(_row(), healthy, sandbox_factory=None, runs=1)
+    assert result.to_dict()["output_tail"] is None
+
+
+class NoOptionsGrader(Grader):
+    """A plugin grader whose constructor takes no options at all, no timeout either."""
+
+    name = "no-options"
+
+    def __init__(self) -> None:
+        self.built = True
+
+    def parse_task(self, row):
+        return Task(
+            instance_id=row["id"],
+            problem_statement="",
+            protocol=self.name,
+            metadata={"gold_patch": row["gold"]},
+        )
+
+    async def grade(self, task, diff, sandbox_factory):
+        return Grade(reward=1.0 if diff else 0.0)
+
+
+class NoTimeoutGrader(NoOptionsGrader):
+    """The same, under its own name, for check-tasks (options are warned about once per class)."""
+
+    name = "no-timeout"
+
+
+class AnyOptionsGrader(NoOptionsGrader):
+    """A plugin grader that takes whatever options it is given as keyword arguments."""
+
+    name = "any-options"
+
+    def __init__(self, **options) -> None:
+        self.options = options
+
+
+class UngradableGrader(NoOptionsGrader):
+    """A plugin grader whose check() turns tasks down with a hint in square brackets."""
+
+    name = "ungradable"
+
+    def check(self, task):
+        return "the backend is not installed; install it with: pip install 'agentrl[swebench]'"
+
+
+@pytest.fixture
+def grader_plugins():
+    """A registry with the built-ins plus fake grader plugins registered through the manager."""
+    registry = plugins.PluginRegistry(load_entrypoints=False, disabled=())
+
+    @hookimpl
+    def register_graders(register):
+        for cls in (NoOptionsGrader, NoTimeoutGrader, AnyOptionsGrader, UngradableGrader):
+            register(cls)
+
+    module = types.ModuleType("fake_graders")
+    module.register_graders = register_graders
+    registry.pm.register(module)
+    previous = plugins.reset_registry(registry)
+    yield registry
+    plugins.reset_registry(previous)
+
+
+def _plugin_tasks(tmp_path: pathlib.Path, instance_id: str = "plugin-1") -> str:
+    path = tmp_path / "plugin-tasks.jsonl"
+    path.write_text(json.dumps({"id": instance_id, "gold": "diff --git a/x b/x\n"}) + "\n")
+    return str(path)
+
+
+def test_check_tasks_builds_a_plugin_grader_without_timeout(grader_plugins, tmp_path, caplog):
+    """`check-tasks --timeout 5` with a plugin grader taking no timeout grades the task
+    (the option is left out with a warning) instead of crashing with a TypeError."""
+    result = CliRunner().invoke(
+        check_tasks_command,
+        [_plugin_tasks(tmp_path), "--protocol", "no-timeout", "--timeout", "5", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert (record["status"], record["gold_rewards"], record["empty_rewards"]) == (
+        "ok",
+        [1.0, 1.0],
+        [0.0, 0.0],
+    )
+    assert "takes no 'timeout' option; ignoring it" in caplog.text
+
+
+def test_stack_builds_plugin_graders_the_same_way(grader_plugins):
+    """Stack.make_grader goes through Grader.from_options: a grader without a timeout
+    parameter is built, one taking **options receives the rollout's grading budget."""
+    stack = Stack(
+        StackOptions(
+            engine_url="http://127.0.0.1:9", tokenizer="/tok", rollout={"eval_timeout": 42}
+        )
+    )
+    assert isinstance(stack.make_grader("no-options"), NoOptionsGrader)
+    assert stack.make_grader("any-options").options == {"timeout": 42}
+
+
+def test_table_shows_bracketed_text_literally(grader_plugins, tmp_path):
+    """Task ids and reasons are printed through rich as text: `agentrl[swebench]` and
+    `[bold]` survive instead of being read as markup."""
+    result = CliRunner().invoke(
+        check_tasks_command,
+        [_plugin_tasks(tmp_path, "[bold]task"), "--protocol", "ungradable"],
+        env={"COLUMNS": "400"},
+    )
+    assert result.exit_code == 1, result.output
+    assert "pip install 'agentrl[swebench]'" in result.stdout
+    assert "[bold]task" in result.stdout

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import pathlib
+import subprocess
 import sys
 import types
 
@@ -341,3 +345,142 @@ def test_builtins_are_registered_like_third_party(registry):
     for module_name in plugins.BUILTIN_PLUGINS:
         assert infos[module_name].builtin
         assert infos[module_name].distribution == "agentrl"
+
+
+BROKEN_ERROR = "needs libfoo, which is not installed"
+
+
+def _broken_distribution(root: pathlib.Path) -> pathlib.Path:
+    """A real installed-looking distribution in ``root`` whose `agentrl` entry point's module
+    raises ImportError on import, next to a working one that registers a sandbox."""
+    for dist, version, ep_name, module, body in (
+        (
+            "broken-dist",
+            "0.1",
+            "broken",
+            "broken_plugin_mod",
+            f"raise ImportError({BROKEN_ERROR!r})",
+        ),
+        (
+            "working-dist",
+            "2.3.4",
+            "working",
+            "working_plugin_mod",
+            "from agentrl import hookimpl\n"
+            "class Box:\n    name = 'working-box'\n"
+            "@hookimpl\ndef register_sandboxes(register):\n    register(Box)\n",
+        ),
+    ):
+        info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[agentrl]\n{ep_name} = {module}\n")
+        (root / f"{module}.py").write_text(body + "\n")
+    return root
+
+
+@pytest.fixture
+def broken_on_path(tmp_path, monkeypatch):
+    """The broken and working distributions importable in this process (sys.path)."""
+    root = _broken_distribution(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for module in ("broken_plugin_mod", "working_plugin_mod"):
+        sys.modules.pop(module, None)
+
+
+def test_entry_point_that_fails_to_import_is_recorded_not_raised(broken_on_path, caplog):
+    """A plugin module raising ImportError leaves the registry usable; the others still load."""
+    with caplog.at_level(logging.WARNING, logger="agentrl.plugins"):
+        reg = PluginRegistry(builtins=(), disabled=())
+    assert reg.get("sandbox", "working-box").__module__ == "working_plugin_mod"
+    failure = reg.failures["broken"]
+    assert failure.distribution == "broken-dist" and failure.version == "0.1"
+    assert failure.error == f"ImportError: {BROKEN_ERROR}"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'broken' (entry point broken = broken_plugin_mod in broken-dist 0.1)" in warnings[0]
+    assert BROKEN_ERROR in warnings[0]
+    assert "AGENTRL_DISABLE_PLUGINS=broken" in warnings[0]
+
+
+def test_lookup_of_a_missing_name_mentions_the_failed_plugin(broken_on_path):
+    """Asking for a name nobody registered says which plugin failed to load and why."""
+    reg = PluginRegistry(builtins=(), disabled=())
+    with pytest.raises(NotAvailableError) as info:
+        reg.get("sandbox", "docker")
+    assert f"failed to load and may provide it: 'broken' (ImportError: {BROKEN_ERROR})" in str(
+        info.value
+    )
+
+
+def test_failed_plugin_is_listed_and_versions_still_shown(broken_on_path):
+    """plugins() lists the broken entry point with its error and the working one's version."""
+    infos = {info.name: info for info in PluginRegistry(builtins=(), disabled=()).plugins()}
+    assert infos["broken"].error == f"ImportError: {BROKEN_ERROR}"
+    assert infos["broken"].registered == {}
+    assert (infos["working"].distribution, infos["working"].version) == ("working-dist", "2.3.4")
+    assert infos["working"].registered == {"sandbox": ("working-box",)}
+    assert infos["working"].error is None
+
+
+def test_blocked_broken_plugin_is_not_imported(broken_on_path, caplog):
+    """AGENTRL_DISABLE_PLUGINS=broken skips the entry point: no import, no warning, no entry."""
+    with caplog.at_level(logging.WARNING, logger="agentrl.plugins"):
+        reg = PluginRegistry(builtins=(), disabled={"broken"})
+    assert reg.failures == {}
+    assert "broken_plugin_mod" not in sys.modules
+    assert not caplog.records
+    assert "broken" not in {info.name for info in reg.plugins()}
+
+
+def _agentrl(*args: str, pythonpath: pathlib.Path) -> subprocess.CompletedProcess:
+    """The installed `agentrl` console command with ``pythonpath`` (and these sources) first."""
+    command = pathlib.Path(sys.executable).with_name("agentrl")
+    assert command.exists(), f"{command} is missing: install agentrl (pip install -e .)"
+    src = pathlib.Path(plugins.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(src)])}
+    env.pop("AGENTRL_DISABLE_PLUGINS", None)
+    return subprocess.run(
+        [str(command), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_broken_entry_point_does_not_break_the_command_line(tmp_path):
+    """With a plugin whose module raises ImportError installed, `agentrl --help`, `plugins`
+    and a command needing no plugin work, each warning once on stderr naming the entry point."""
+    root = _broken_distribution(tmp_path / "site")
+    warning = "plugin 'broken' (entry point broken = broken_plugin_mod in broken-dist 0.1)"
+    helped = _agentrl("--help", pythonpath=root)
+    assert helped.returncode == 0, helped.stderr
+    assert "check-tasks" in helped.stdout
+    listed = _agentrl("plugins", "--json", pythonpath=root)
+    assert listed.returncode == 0, listed.stderr
+    by_name = {entry["name"]: entry for entry in json.loads(listed.stdout)}
+    assert by_name["broken"]["error"] == f"ImportError: {BROKEN_ERROR}"
+    assert by_name["working"]["version"] == "2.3.4"
+    checked = _agentrl("check-tasks", str(tmp_path / "missing.jsonl"), pythonpath=root)
+    assert checked.returncode == 1, checked.stderr
+    assert "cannot open task file" in checked.stderr
+    for result in (helped, listed, checked):
+        assert result.stderr.count(warning) == 1, result.stderr
+        assert "AGENTRL_DISABLE_PLUGINS=broken" in result.stderr
+        assert "Traceback" not in result.stderr
+    table = _agentrl("plugins", pythonpath=root)
+    assert table.returncode == 0, table.stderr
+    assert "failed to load" in table.stdout
+
+
+def test_command_needing_the_broken_plugin_fails_in_one_line(tmp_path):
+    """A command asking for a sandbox nobody registered fails in one line naming the plugin
+    that failed to load, not with a traceback."""
+    root = _broken_distribution(tmp_path / "site")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("")
+    result = _agentrl("check-tasks", str(tasks), "--sandbox", "docker", pythonpath=root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    assert "sandbox 'docker' is not available" in errors[0]
+    assert f"'broken' (ImportError: {BROKEN_ERROR})" in errors[0]
+    assert "Traceback" not in result.stderr

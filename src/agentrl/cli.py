@@ -24,12 +24,16 @@ def cli(verbose: int) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def plugins(as_json: bool) -> None:
-    """List every plugin, its distribution, version and what it registered."""
+    """List every plugin, its distribution, version and what it registered.
+
+    A plugin that failed to load is listed with its error instead of registrations.
+    """
     infos = get_registry().plugins()
     if as_json:
         click.echo(json.dumps([info.to_dict() for info in infos], indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="agentrl plugins")
@@ -38,12 +42,21 @@ def plugins(as_json: bool) -> None:
     table.add_column("version")
     table.add_column("registered")
     for info in infos:
-        registered = "\n".join(
-            f"{kind.replace('_', ' ')}: {', '.join(info.registered[kind])}"
-            for kind in KINDS
-            if info.registered.get(kind)
+        registered = escape(
+            "\n".join(
+                f"{kind.replace('_', ' ')}: {', '.join(info.registered[kind])}"
+                for kind in KINDS
+                if info.registered.get(kind)
+            )
         )
-        table.add_row(info.name, info.distribution or "-", info.version or "-", registered or "-")
+        if info.error:
+            registered = f"[red]failed to load[/]: {escape(info.error)}"
+        table.add_row(
+            escape(info.name),
+            escape(info.distribution or "-"),
+            escape(info.version or "-"),
+            registered or "-",
+        )
     Console().print(table)
 
 
@@ -66,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: load plugin commands, then dispatch.
 
     A broken plugin (duplicate name, failing hook) is reported in one line, whether it
-    shows up while loading commands or when a command first looks plugins up.
+    shows up while loading commands or when a command first looks plugins up. A plugin
+    whose module fails to import only gets a warning (see ``agentrl.plugins``): every
+    command that does not need it still runs.
     """
     try:
         _load_plugin_commands()

@@ -2,6 +2,10 @@
 
 Core code never calls ``pm.hook.*`` directly; it asks this module for typed things
 (``get_sandbox("local")``) and gets either the class or an error that lists the choices.
+
+An entry-point plugin whose module fails to import is recorded and warned about, not
+raised: every command that does not need it keeps working, ``agentrl plugins`` lists it
+with its error, and a lookup of a name it might have provided says it failed to load.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class PluginInfo:
     version: str | None
     builtin: bool
     registered: dict[str, tuple[str, ...]]
+    #: Why the plugin failed to load (it registered nothing), or ``None``.
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,7 +85,34 @@ class PluginInfo:
             "version": self.version,
             "builtin": self.builtin,
             "registered": {kind: list(names) for kind, names in self.registered.items()},
+            "error": self.error,
         }
+
+
+@attrs.frozen(kw_only=True)
+class PluginLoadFailure:
+    """An ``agentrl`` entry point whose module could not be imported."""
+
+    #: The entry point's name: what ``AGENTRL_DISABLE_PLUGINS`` takes.
+    name: str
+    #: What it points at (``module`` or ``module:attribute``).
+    value: str
+    distribution: str | None
+    version: str | None
+    #: The exception's one-line summary, e.g. ``ImportError: No module named 'docker'``.
+    error: str
+
+    def describe(self) -> str:
+        """One line naming the entry point, its distribution and the error."""
+        where = f"entry point {self.name} = {self.value}"
+        if self.distribution:
+            where += f" in {self.distribution} {self.version or ''}".rstrip()
+        return f"plugin {self.name!r} ({where}) failed to load: {self.error}"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _kind_of(hook_name: str, cls: type) -> str:
@@ -142,6 +175,9 @@ class PluginRegistry:
         if self._trace:
             self._enable_tracing()
         self._builtin_names: set[str] = set()
+        self._distributions: dict[str, importlib.metadata.Distribution] = {}
+        #: Entry points whose module failed to import, by entry-point name.
+        self.failures: dict[str, PluginLoadFailure] = {}
         try:
             for module_name in builtins:
                 if self.pm.is_blocked(module_name):
@@ -150,7 +186,7 @@ class PluginRegistry:
                 self.pm.register(module, name=module_name)
                 self._builtin_names.add(module_name)
             if load_entrypoints:
-                self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+                self._load_entry_points()
             self.pm.check_pending()  # a hook implementation whose name matches no hook
         except pluggy.PluginValidationError as exc:
             name = self.pm.get_name(exc.plugin) or _entry_point_name(exc.plugin)
@@ -161,6 +197,53 @@ class PluginRegistry:
         self._classes: dict[str, dict[str, type]] | None = None
         self._owners: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+
+    def _load_entry_points(self) -> None:
+        """Register every ``agentrl`` entry point that is not blocked, as pluggy would.
+
+        pluggy's ``load_setuptools_entrypoints`` stops at the first module that fails to
+        import; here such a plugin is recorded in ``failures`` and warned about once, and
+        the others still load.
+        """
+        for dist in list(importlib.metadata.distributions()):
+            for ep in dist.entry_points:
+                if (
+                    ep.group != ENTRY_POINT_GROUP
+                    or self.pm.has_plugin(ep.name)
+                    or self.pm.is_blocked(ep.name)
+                    or ep.name in self.failures
+                ):
+                    continue
+                try:
+                    plugin = ep.load()
+                except Exception as exc:
+                    self._failed_to_load(ep, dist, exc)
+                    continue
+                self.pm.register(plugin, name=ep.name)
+                self._distributions[ep.name] = dist
+
+    def _failed_to_load(
+        self,
+        ep: importlib.metadata.EntryPoint,
+        dist: importlib.metadata.Distribution,
+        exc: Exception,
+    ) -> None:
+        failure = PluginLoadFailure(
+            name=ep.name,
+            value=ep.value,
+            distribution=dist.metadata["Name"],
+            version=dist.version,
+            error=_one_line(exc),
+        )
+        self.failures[ep.name] = failure
+        logger.warning(
+            "agentrl: %s; what it provides is unavailable, everything else works. "
+            "Fix or uninstall %s, or disable it with AGENTRL_DISABLE_PLUGINS=%s",
+            failure.describe(),
+            failure.distribution or "it",
+            failure.name,
+        )
+        logger.debug("plugin %r import traceback", ep.name, exc_info=exc)
 
     # -- calling hooks -----------------------------------------------------
     def _enable_tracing(self) -> None:
@@ -264,6 +347,12 @@ class PluginRegistry:
         blocked = disabled_plugins()
         if blocked:
             message += f". Disabled by AGENTRL_DISABLE_PLUGINS: {', '.join(sorted(blocked))}"
+        if self.failures:
+            failed = ", ".join(f"{f.name!r} ({f.error})" for f in self.failures.values())
+            message += (
+                f". These plugins failed to load and may provide it: {failed}; "
+                "`agentrl plugins` shows them"
+            )
         raise NotAvailableError(message)
 
     def owner(self, kind: str, name: str) -> str:
@@ -273,8 +362,18 @@ class PluginRegistry:
     def plugins(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and contributions."""
         self._collect()
-        dists = {self.plugin_name(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
-        infos = []
+        dists = self._distributions
+        infos = [
+            PluginInfo(
+                name=failure.name,
+                distribution=failure.distribution,
+                version=failure.version,
+                builtin=False,
+                registered={},
+                error=failure.error,
+            )
+            for failure in self.failures.values()
+        ]
         for plugin in self.pm.get_plugins():
             name = self.plugin_name(plugin)
             builtin = name in self._builtin_names
@@ -286,7 +385,9 @@ class PluginRegistry:
             infos.append(
                 PluginInfo(
                     name=name,
-                    distribution="agentrl" if builtin else (dist.project_name if dist else None),
+                    distribution="agentrl"
+                    if builtin
+                    else (dist.metadata["Name"] if dist else None),
                     version=_agentrl_version() if builtin else (dist.version if dist else None),
                     builtin=builtin,
                     registered={k: tuple(v) for k, v in registered.items()},

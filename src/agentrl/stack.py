@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import pathlib
 import tempfile
@@ -208,12 +207,9 @@ class Stack:
         return self._sandbox_cls.from_task(task, **self.sandbox_options)
 
     def make_grader(self, name: str) -> Any:
-        """A ``name`` grader, given the rollout's grading budget when it takes one."""
+        """A ``name`` grader given the rollout's grading budget (``Grader.from_options``)."""
         eval_timeout = self.options.rollout.get("eval_timeout")
-        cls = plugins.get_grader(name)
-        if eval_timeout and "timeout" in inspect.signature(cls).parameters:
-            return cls(timeout=eval_timeout)
-        return cls()
+        return plugins.get_grader(name).from_options(timeout=eval_timeout or None)
 
     def grader_for(self, task: Task) -> Any:
         if self.grader is not None:

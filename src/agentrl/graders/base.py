@@ -5,11 +5,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import pathlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -41,6 +42,11 @@ GRADE_DIR = "/tmp/agentrl-grade"
 
 #: Seconds a grading run (the tests, not the sandbox boot) may take by default.
 DEFAULT_GRADE_TIMEOUT = 600.0
+
+_GraderT = TypeVar("_GraderT", bound="Grader")
+
+#: (grader class, option) pairs already reported as ignored, so each is logged once.
+_ignored_reported: set[tuple[type, str]] = set()
 
 
 def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = None) -> float:
@@ -145,6 +151,40 @@ class Grader(abc.ABC):
     """Grades an agent's diff in a fresh sandbox built from the task's image."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def from_options(
+        cls: type[_GraderT], *, timeout: float | None = None, **options: Any
+    ) -> _GraderT:
+        """Build the grader from the caller's options, passing only those it takes.
+
+        This is how every caller (``agentrl rollout``, slime, ``agentrl check-tasks``)
+        builds a grader. ``timeout`` is the grading budget in seconds (``None``: the
+        grader's own default, see :func:`grade_timeout`). Options the constructor does not
+        accept (no parameter of that name, no ``**kwargs``) are left out with a warning, so
+        a grader without a ``timeout`` parameter still loads. Override it to map the
+        options another way.
+        """
+        given = dict(options)
+        if timeout is not None:
+            given["timeout"] = timeout
+        parameters = inspect.signature(cls).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return cls(**given)
+        accepted = {
+            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+        for option in sorted(set(given) - accepted):
+            if (cls, option) not in _ignored_reported:
+                _ignored_reported.add((cls, option))
+                logger.warning(
+                    "grader %r (%s.%s) takes no %r option; ignoring it",
+                    getattr(cls, "name", cls.__qualname__),
+                    cls.__module__,
+                    cls.__qualname__,
+                    option,
+                )
+        return cls(**{k: v for k, v in given.items() if k in accepted})
 
     @abc.abstractmethod
     def parse_task(self, row: Mapping[str, Any]) -> Task:

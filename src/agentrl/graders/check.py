@@ -3,7 +3,9 @@
 A well-formed task is gradable, its gold patch solves it, the empty patch does not, and
 both say so the same way on every run. Anything else (gold fails, empty passes, a grader
 error, a result that changes between runs) marks the task broken, so it can be dropped
-before training.
+before training. A gold patch whose tests could not even run (pytest missing, a command not
+found, nothing collected) is told apart from one whose tests ran and failed: the first is
+the sandbox's fault, the second the task's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,7 +37,9 @@ __all__ = [
     "check_task",
     "check_tasks",
     "check_tasks_command",
+    "output_tail",
     "sandbox_factory_for",
+    "why_tests_did_not_run",
 ]
 
 logger = logging.getLogger(__name__)
@@ -42,6 +47,9 @@ logger = logging.getLogger(__name__)
 OK = "ok"
 BROKEN = "broken"
 UNCHECKED = "unchecked"
+
+#: How many characters of a grade's output check-tasks keeps (``--json``) and shows (``-v``).
+TAIL_CHARS = 2000
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +62,8 @@ class TaskCheck:
     reasons: tuple[str, ...] = ()
     gold_rewards: tuple[float, ...] = ()
     empty_rewards: tuple[float, ...] = ()
+    #: The end of the output of the grade that made the task broken, when it kept any.
+    output_tail: str | None = None
 
     @property
     def broken(self) -> bool:
@@ -67,26 +77,118 @@ class TaskCheck:
             "reasons": list(self.reasons),
             "gold_rewards": list(self.gold_rewards),
             "empty_rewards": list(self.empty_rewards),
+            "output_tail": self.output_tail,
         }
 
 
-def _describe(kind: str, grades: Sequence[Grade], want_solved: bool) -> list[str]:
-    reasons = []
-    errors = [g.error for g in grades if g.error]
-    if errors:
-        reasons.append(f"grader error on the {kind} patch: {errors[0]}")
-        return reasons
-    if kind == "gold" and not all(g.applied_cleanly for g in grades):
-        reasons.append("the gold patch does not apply")
-        return reasons
+def output_tail(grade: Grade) -> str:
+    """The end of what grading printed: the tests' output, else the patch log ('' if none)."""
+    for key in ("output_tail", "log_tail", "apply_log"):
+        text = grade.details.get(key)
+        if isinstance(text, str) and text.strip():
+            return text[-TAIL_CHARS:]
+    return ""
+
+
+_PYTEST_MISSING = re.compile(
+    r"No module named '?pytest'?$|\bpytest: (?:command )?not found$", re.MULTILINE
+)
+#: A test runner's summary: tests ran (pytest's "1 failed, 2 passed", unittest's "Ran 3 tests").
+_TESTS_RAN = re.compile(r"\b\d+ (?:passed|failed)\b|^Ran \d+ tests? in ", re.MULTILINE)
+#: What a shell's exit code says when the test command itself could not run.
+_EXIT_MEANINGS: dict[int, tuple[str, re.Pattern[str]]] = {
+    127: ("a command was not found", re.compile(r"not found$|No such file or directory$", re.M)),
+    126: ("a command could not be executed", re.compile(r"Permission denied$|cannot exec", re.M)),
+}
+#: Output that means the tests never ran, in the order it is looked for.
+_CANNOT_RUN_OUTPUT: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a command was not found", re.compile(r"command not found$|: not found$", re.M)),
+    ("the test file is missing", re.compile(r"can't open file")),
+    ("a module is missing", re.compile(r"No module named '?[\w.]+'?$", re.M)),
+    (
+        "the tests could not be collected, none ran",
+        re.compile(
+            r"errors? during collection|^ERROR collecting|no tests ran|collected 0 items", re.M
+        ),
+    ),
+)
+
+
+def _last_line(pattern: re.Pattern[str], text: str) -> str | None:
+    """The line holding ``pattern``'s last match in ``text`` (at most 200 characters)."""
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return None
+    start = text.rfind("\n", 0, matches[-1].start()) + 1
+    end = text.find("\n", matches[-1].end())
+    line = text[start : end if end >= 0 else len(text)].strip()
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def why_tests_did_not_run(grade: Grade) -> str | None:
+    """Why ``grade``'s test command could not run at all, or ``None`` when the tests ran.
+
+    Read from the exit code (127: command not found, 126: not executable) and the output
+    tail (``No module named pytest``, a shell's "not found", collection errors with no
+    test run). A runner summary counting passed or failed tests means the tests ran.
+    """
+    details = grade.details
+    exit_code = details.get("exit_code", details.get("eval_exit_code"))
+    tail = output_tail(grade)
+    line = _last_line(_PYTEST_MISSING, tail)
+    if line:
+        return (
+            f"pytest is missing in the sandbox's Python ({line}); install it in the task's "
+            "image, or for image-less local tasks in the Python that runs agentrl "
+            "(--host-python binds it in)"
+        )
+    if exit_code in _EXIT_MEANINGS:
+        meaning, pattern = _EXIT_MEANINGS[exit_code]
+        line = _last_line(pattern, tail)
+        return f"{meaning} (exit {exit_code})" + (f": {line}" if line else "")
+    if _TESTS_RAN.search(tail):
+        return None
+    for meaning, pattern in _CANNOT_RUN_OUTPUT:
+        line = _last_line(pattern, tail)
+        if line:
+            return f"{meaning}: {line}"
+    return None
+
+
+def _how_it_failed(grade: Grade) -> str:
+    details = grade.details
+    f2p, p2p = details.get("fail_to_pass"), details.get("pass_to_pass")
+    if isinstance(f2p, Mapping) and isinstance(p2p, Mapping):
+        return (
+            f" (fail_to_pass {f2p.get('passed')}/{f2p.get('total')} passed, "
+            f"pass_to_pass {p2p.get('passed')}/{p2p.get('total')})"
+        )
+    exit_code = details.get("exit_code", details.get("eval_exit_code"))
+    return f" (exit {exit_code})" if exit_code is not None else ""
+
+
+def _describe(kind: str, grades: Sequence[Grade], want_solved: bool) -> tuple[str, Grade] | None:
+    """What is wrong with the ``kind`` patch's grades, and the grade that shows it."""
+    for grade in grades:
+        if grade.error:
+            return f"grader error on the {kind} patch: {grade.error}", grade
+    if kind == "gold":
+        for grade in grades:
+            if not grade.applied_cleanly:
+                return "the gold patch does not apply", grade
     solved = [g.solved for g in grades]
     if len(set(solved)) > 1:
-        reasons.append(f"flaky: the {kind} patch solved {sum(solved)} of {len(solved)} runs")
-    elif want_solved and not solved[0]:
-        reasons.append("the gold patch does not solve the task")
-    elif not want_solved and solved[0]:
-        reasons.append("the empty patch solves the task (the tests do not detect the bug)")
-    return reasons
+        shown = next(g for g in grades if g.solved != want_solved)
+        return f"flaky: the {kind} patch solved {sum(solved)} of {len(solved)} runs", shown
+    if want_solved and not solved[0]:
+        problem = why_tests_did_not_run(grades[0])
+        if problem:
+            return f"the test command could not run on the gold patch: {problem}", grades[0]
+        reason = "the gold patch does not solve the task: the tests ran and failed"
+        return reason + _how_it_failed(grades[0]), grades[0]
+    if not want_solved and solved[0]:
+        return "the empty patch solves the task (the tests do not detect the bug)", grades[0]
+    return None
 
 
 async def check_task(
@@ -118,14 +220,23 @@ async def check_task(
     for _ in range(runs):
         gold_grades.append(await grader.grade(task, gold, sandbox_factory))
         empty_grades.append(await grader.grade(task, "", sandbox_factory))
-    reasons = _describe("gold", gold_grades, True) + _describe("empty", empty_grades, False)
+    found = [
+        problem
+        for problem in (
+            _describe("gold", gold_grades, True),
+            _describe("empty", empty_grades, False),
+        )
+        if problem is not None
+    ]
+    tails = [output_tail(grade) for _, grade in found]
     return TaskCheck(
         instance_id=task.instance_id,
         source=source,
-        status=BROKEN if reasons else OK,
-        reasons=tuple(reasons),
+        status=BROKEN if found else OK,
+        reasons=tuple(reason for reason, _ in found),
         gold_rewards=tuple(g.reward for g in gold_grades),
         empty_rewards=tuple(g.reward for g in empty_grades),
+        output_tail=next((tail for tail in tails if tail), None),
     )
 
 
@@ -175,6 +286,7 @@ def sandbox_factory_for(
 
 def _print_table(results: Sequence[TaskCheck]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="agentrl check-tasks")
@@ -183,12 +295,12 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     styles = {OK: "green", BROKEN: "red", UNCHECKED: "yellow"}
     for result in results:
         table.add_row(
-            result.instance_id,
-            result.source,
+            escape(result.instance_id),
+            escape(result.source),
             " ".join(f"{r:g}" for r in result.gold_rewards) or "-",
             " ".join(f"{r:g}" for r in result.empty_rewards) or "-",
             f"[{styles[result.status]}]{result.status}[/]",
-            "; ".join(result.reasons) or "well-formed",
+            escape("; ".join(result.reasons)) or "well-formed",
         )
     Console().print(table)
 
@@ -216,7 +328,15 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     show_default=True,
     help="Bind this machine's Python into local sandboxes of image-less tasks.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per task.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object per task (with the failing grade's output_tail).",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Show the grader's output tail under each broken task."
+)
 def check_tasks_command(
     task_files: tuple[str, ...],
     protocol: str | None,
@@ -227,6 +347,7 @@ def check_tasks_command(
     concurrency: int,
     host_python: bool,
     as_json: bool,
+    verbose: bool,
 ) -> None:
     """Grade the gold and empty patch of every task and report broken tasks.
 
@@ -239,7 +360,8 @@ def check_tasks_command(
         factory = sandbox_factory_for(sandbox_name, host_python=host_python)
         rows = [row for path in task_files for row in load_tasks(path, protocol=chosen)]
         graders = {
-            name: get_grader(name)(timeout=timeout) for name in {r.task.protocol for r in rows}
+            name: get_grader(name).from_options(timeout=timeout)
+            for name in {r.task.protocol for r in rows}
         }
     except (PluginError, TaskLoadError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -254,6 +376,9 @@ def check_tasks_command(
         click.echo(
             f"broken: {result.instance_id} ({result.source}): {'; '.join(result.reasons)}", err=True
         )
+        if verbose:
+            tail = result.output_tail or "(the grader kept no output)"
+            click.echo("".join(f"    | {line}\n" for line in tail.splitlines()), err=True, nl=False)
     click.echo(
         f"{len(results)} tasks ({chosen}): {len(results) - len(broken)} well-formed or "
         f"unchecked, {len(broken)} broken",
