@@ -518,9 +518,9 @@ def test_importing_the_backend_does_not_import_the_sdk():
 
 
 def test_missing_sdk_says_what_to_install(monkeypatch):
-    """Without the SDK, constructing the sandbox says to install agentrl[e2b]."""
+    """Without the SDK, constructing the sandbox says to install the e2b extra's package."""
     monkeypatch.setitem(sys.modules, "e2b", None)
-    with pytest.raises(ImportError, match=r"pip install 'agentrl\[e2b\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'e2b>=2.0' \(agentrl's \[e2b\] extra"):
         E2BSandbox("img", image_metadata_key="image", environ={})
 
 

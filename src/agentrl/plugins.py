@@ -21,6 +21,7 @@ import attrs
 import pluggy
 
 from agentrl import hookspecs
+from agentrl.extras import install_hint
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +344,7 @@ class PluginRegistry:
         )
         extra = KNOWN_EXTRAS.get((kind, name))
         if extra:
-            message += f". Install it with: pip install 'agentrl[{extra}]'"
+            message += f". Install it with: {install_hint(extra)}"
         blocked = disabled_plugins()
         if blocked:
             message += f". Disabled by AGENTRL_DISABLE_PLUGINS: {', '.join(sorted(blocked))}"
