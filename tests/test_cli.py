@@ -72,6 +72,14 @@ def test_version_and_help():
     assert "plugins" in helped.output
 
 
+def test_setup_commands_are_registered():
+    """`agentrl --help` lists the commands a new user needs: install-clis, examples, demo."""
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("install-clis", "examples", "demo", "rollout"):
+        assert f"  {command} " in result.output, command
+
+
 def test_unknown_command_exits_2():
     """An unknown subcommand is a usage error (exit 2) with a message, not a traceback."""
     result = _run("no-such-command")

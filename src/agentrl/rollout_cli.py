@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 import click
 
+from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.runner import Runner, RunSummary
 from agentrl.stack import Stack, StackError, StackOptions
@@ -37,23 +37,6 @@ def _json_option(value: str | None, name: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise click.BadParameter("expected a JSON object", param_hint=name)
     return parsed
-
-
-def find_cli_dir(binary: str | None = None) -> pathlib.Path | None:
-    """Where ``scripts/install-clis.sh`` put the agent CLIs, or None.
-
-    ``AGENTRL_CLI_DIR`` (the script's destination) when set, else ``.cache/clis`` in the
-    current directory or in the source checkout. A candidate counts when it holds
-    ``bin/<binary>``, or any ``bin/`` directory when ``binary`` is None.
-    """
-    configured = os.environ.get("AGENTRL_CLI_DIR")
-    candidates = [pathlib.Path(configured)] if configured else []
-    checkout = pathlib.Path(__file__).resolve().parents[2]
-    candidates += [pathlib.Path(".cache/clis"), checkout / ".cache" / "clis"]
-    for candidate in candidates:
-        if (candidate / "bin" / (binary or "")).exists():
-            return candidate.resolve()
-    return None
 
 
 def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: bool) -> None:

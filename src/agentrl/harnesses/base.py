@@ -27,6 +27,7 @@ from agentrl.harnesses.npm import (
     TRANSIENT_NPM,
     jittered_backoff,
     npm_install_specs,
+    package_bin,
 )
 from agentrl.harnesses.options import parse_extra_args, parse_extra_env
 from agentrl.sandboxes.base import (
@@ -182,18 +183,22 @@ class Harness(abc.ABC):
     def host_install(cls, install_dir: str | os.PathLike[str]) -> tuple[dict[str, str], str]:
         """Read-only binds and ``cli_path`` for a host install a sandbox should run as is.
 
-        ``install_dir`` holds ``bin/<binary>`` (``scripts/install-clis.sh`` writes
-        ``.cache/clis``). The directory is bound at its own resolved path, so the
-        install's absolute symlinks keep working: pass the binds to the sandbox (the
-        ``local`` backend's ``ro_binds``) and ``cli_path`` to the harness.
+        ``install_dir`` holds ``bin/<binary>`` (what ``agentrl install-clis`` writes), or
+        is the CLI's npm package directory (``PREFIX/lib/node_modules/<package>`` of an
+        ``npm install -g``; its ``package.json`` names the executable). The directory
+        is bound at its own resolved path, so the install's absolute symlinks keep
+        working: pass the binds to the sandbox (the ``local`` backend's ``ro_binds``) and
+        ``cli_path`` to the harness.
         """
         root = pathlib.Path(install_dir).expanduser().resolve()
         link = root / "bin" / cls.binary
         if not link.exists():
+            link = package_bin(root, cls.npm_package, cls.binary) or link
+        if not link.exists():
             raise HarnessError(
                 f"{cls.name}: {link} does not exist; install the CLI with "
-                "scripts/install-clis.sh (or point install_dir at an install holding "
-                f"bin/{cls.binary})"
+                "`agentrl install-clis` (or point install_dir at an install holding "
+                f"bin/{cls.binary}, or at the {cls.npm_package} npm package directory)"
             )
         target = link.resolve()
         if not target.is_relative_to(root):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import random
 import re
 import tarfile
@@ -11,7 +12,13 @@ from typing import Any
 
 from agentrl.harnesses.errors import HarnessError
 
-__all__ = ["TRANSIENT_NPM", "jittered_backoff", "npm_install_specs"]
+__all__ = [
+    "TRANSIENT_NPM",
+    "jittered_backoff",
+    "npm_install_specs",
+    "npm_package_dir",
+    "package_bin",
+]
 
 #: npm failures worth retrying: network trouble and registry hiccups, not bad packages.
 TRANSIENT_NPM = re.compile(
@@ -58,3 +65,41 @@ def npm_install_specs(tarballs: Sequence[str]) -> list[tuple[str, str | None]]:
         (tarball, aliases.get(f"{m.get('name')}@{m.get('version')}"))
         for tarball, m in zip(tarballs, manifests, strict=True)
     ]
+
+
+def _manifest(directory: pathlib.Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def package_bin(directory: pathlib.Path, package: str, binary: str) -> pathlib.Path | None:
+    """The executable ``binary`` of npm package ``package`` installed at ``directory``.
+
+    None when ``directory`` is not that package or its ``package.json`` declares no such
+    ``bin`` entry (``"bin": {"claude": "bin/claude.exe"}``, or ``"bin": "cli.js"`` for a
+    package whose name is the binary's).
+    """
+    manifest = _manifest(directory)
+    if manifest is None or manifest.get("name") != package:
+        return None
+    bins = manifest.get("bin")
+    if isinstance(bins, str):
+        bins = {package.rsplit("/", 1)[-1]: bins}
+    entry = bins.get(binary) if isinstance(bins, dict) else None
+    return directory / entry if isinstance(entry, str) else None
+
+
+def npm_package_dir(path: pathlib.Path, package: str) -> pathlib.Path | None:
+    """The installed npm package ``package`` that holds ``path``, or None.
+
+    Walks up from ``path``: a platform package nested in the main one (a global
+    ``npm install -g`` nests dependencies) is passed over for the package that holds it.
+    """
+    for parent in path.parents:
+        manifest = _manifest(parent)
+        if manifest is not None and manifest.get("name") == package:
+            return parent
+    return None

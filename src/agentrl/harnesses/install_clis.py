@@ -1,0 +1,367 @@
+"""The agent CLIs on this host: ``agentrl install-clis`` installs the pinned versions, and
+:func:`find_cli_dir` finds an install for the local sandbox to bind.
+
+An install directory (``--dest``) looks like this; the ``.installed`` stamp is written once
+npm has finished, so a second run skips every pin already there::
+
+    DEST/bin/claude            -> DEST/claude-2.1.332/node_modules/.bin/claude
+    DEST/bin/claude-2.1.197    -> DEST/claude-2.1.197/node_modules/.bin/claude
+    DEST/bin/codex             -> DEST/codex-0.171.0/node_modules/.bin/codex
+    DEST/<binary>-<version>/.installed
+
+Claude Code 2.1.332 is a native binary that runs on Node 20 although its package declares
+``engines.node >= 22``; 2.1.197 is the newest declaring ``node >= 18`` (what a plain npm
+install picks on Node 20). ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION`` and
+``CODEX_VERSION`` override the pins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+import click
+
+from agentrl.harnesses.errors import HarnessError
+from agentrl.harnesses.npm import TRANSIENT_NPM, jittered_backoff, npm_package_dir
+from agentrl.tokenizers import default_cache_dir
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PINS",
+    "CliPin",
+    "PinnedCli",
+    "cli_dir_candidates",
+    "cli_dir_from_path",
+    "default_dest",
+    "find_cli_dir",
+    "install_clis",
+    "install_clis_command",
+    "pinned_clis",
+]
+
+#: The file that marks a finished install of one pin.
+STAMP = ".installed"
+_NPM_FLAGS = (
+    "--no-save",
+    "--no-audit",
+    "--no-fund",
+    "--no-package-lock",
+    # claude-code declares node >= 22 but ships a native binary that runs on Node 20.
+    "--engine-strict=false",
+    "--loglevel=error",
+)
+_VERSION = re.compile(r"\b(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)")
+
+
+@attrs.frozen(kw_only=True)
+class CliPin:
+    """One pinned CLI: its npm package, executable, default version and override variable."""
+
+    group: str
+    package: str
+    binary: str
+    version_var: str
+    default_version: str
+    #: Linked as ``bin/<binary>-<version>`` (a second version beside the main one).
+    versioned_link: bool = False
+
+    def resolve(self, environ: Mapping[str, str]) -> PinnedCli:
+        version = environ.get(self.version_var) or self.default_version
+        link = f"{self.binary}-{version}" if self.versioned_link else self.binary
+        return PinnedCli(package=self.package, version=version, binary=self.binary, link=link)
+
+
+@attrs.frozen(kw_only=True)
+class PinnedCli:
+    """One CLI version to install: where it goes under DEST and what ``bin/`` link names it."""
+
+    package: str
+    version: str
+    binary: str
+    link: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}@{self.version}"
+
+    def prefix(self, dest: pathlib.Path) -> pathlib.Path:
+        return dest / f"{self.binary}-{self.version}"
+
+    def executable(self, dest: pathlib.Path) -> pathlib.Path:
+        return self.prefix(dest) / "node_modules" / ".bin" / self.binary
+
+
+PINS: tuple[CliPin, ...] = (
+    CliPin(
+        group="claude",
+        package="@anthropic-ai/claude-code",
+        binary="claude",
+        version_var="CLAUDE_CODE_VERSION",
+        default_version="2.1.332",
+    ),
+    CliPin(
+        group="claude",
+        package="@anthropic-ai/claude-code",
+        binary="claude",
+        version_var="CLAUDE_CODE_NODE18_VERSION",
+        default_version="2.1.197",
+        versioned_link=True,
+    ),
+    CliPin(
+        group="codex",
+        package="@openai/codex",
+        binary="codex",
+        version_var="CODEX_VERSION",
+        default_version="0.171.0",
+    ),
+)
+GROUPS = tuple(dict.fromkeys(pin.group for pin in PINS))
+
+
+def pinned_clis(
+    only: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> list[PinnedCli]:
+    """The CLI versions to install (all groups unless ``only`` names some), overrides applied."""
+    environ = os.environ if environ is None else environ
+    return [pin.resolve(environ) for pin in PINS if not only or pin.group in only]
+
+
+def _main_pin(binary: str, environ: Mapping[str, str] | None = None) -> PinnedCli | None:
+    environ = os.environ if environ is None else environ
+    for pin in PINS:
+        if pin.binary == binary and not pin.versioned_link:
+            return pin.resolve(environ)
+    return None
+
+
+# -- install -------------------------------------------------------------------------------
+def default_dest() -> pathlib.Path:
+    """``$AGENTRL_CLI_DIR``, else ``clis/`` under agentrl's cache (``~/.cache/agentrl``)."""
+    configured = os.environ.get("AGENTRL_CLI_DIR")
+    return pathlib.Path(configured) if configured else default_cache_dir() / "clis"
+
+
+def _installed(cli: PinnedCli, dest: pathlib.Path) -> bool:
+    exe = cli.executable(dest)
+    return (cli.prefix(dest) / STAMP).is_file() and os.access(exe, os.X_OK)
+
+
+def _link(link: pathlib.Path, target: pathlib.Path) -> None:
+    """Point ``link`` at ``target``, touching nothing when it already does."""
+    if link.is_symlink() and os.readlink(link) == str(target):
+        return
+    if link.exists() and not link.is_symlink():
+        raise HarnessError(
+            f"{link} exists and is not a symlink; move it away, then rerun agentrl install-clis"
+        )
+    staging = link.with_name(f".{link.name}.{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    os.symlink(target, staging)
+    os.replace(staging, link)
+
+
+def _npm_install(npm: str, cli: PinnedCli, dest: pathlib.Path, attempts: int) -> None:
+    prefix = cli.prefix(dest)
+    argv = [npm, "install", "--prefix", str(prefix), *_NPM_FLAGS, cli.spec]
+    for attempt in range(1, attempts + 1):
+        shutil.rmtree(prefix, ignore_errors=True)
+        prefix.mkdir(parents=True)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except OSError as exc:
+            raise HarnessError(f"could not run {npm}: {exc}; check your Node.js install") from exc
+        if proc.returncode == 0:
+            break
+        output = (proc.stderr + "\n" + proc.stdout).strip()
+        transient = bool(TRANSIENT_NPM.search(output))
+        if not transient or attempt == attempts:
+            raise HarnessError(
+                f"`npm install {cli.spec}` failed (exit {proc.returncode}, attempt "
+                f"{attempt}/{attempts}): {output[-1500:] or 'no output'}; check the version "
+                "and your access to the npm registry, then rerun agentrl install-clis"
+            )
+        delay = jittered_backoff(attempt)
+        logger.warning("npm install %s failed transiently, retrying in %.1fs", cli.spec, delay)
+        time.sleep(delay)
+    if not os.access(cli.executable(dest), os.X_OK):
+        raise HarnessError(
+            f"npm installed {cli.spec} but {cli.executable(dest)} is missing; is "
+            f"{cli.package} the package that provides `{cli.binary}`?"
+        )
+    (prefix / STAMP).touch()
+
+
+def install_clis(
+    dest: str | os.PathLike[str],
+    clis: Sequence[PinnedCli],
+    *,
+    report: Callable[[str], None] = logger.info,
+    attempts: int = 3,
+) -> list[pathlib.Path]:
+    """Install each of ``clis`` into ``dest`` with npm, skipping those already installed.
+
+    Returns the ``bin/`` links. npm is needed only when something is missing; a transient
+    npm failure (network, registry 429/5xx) is retried with jittered backoff.
+    """
+    root = pathlib.Path(dest).expanduser().resolve()
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    npm: str | None = None
+    links = []
+    for cli in clis:
+        if _installed(cli, root):
+            report(f"{cli.spec} already installed in {cli.prefix(root)}")
+        else:
+            npm = npm or shutil.which("npm")
+            if npm is None:
+                raise HarnessError(
+                    f"npm is not on PATH, and {cli.spec} must be installed with it; "
+                    "install Node.js >= 20 with npm, then rerun agentrl install-clis"
+                )
+            report(f"installing {cli.spec} into {cli.prefix(root)} (npm)")
+            started = time.monotonic()
+            _npm_install(npm, cli, root, attempts)
+            report(f"installed {cli.spec} in {time.monotonic() - started:.0f}s")
+        link = root / "bin" / cli.link
+        _link(link, cli.executable(root))
+        links.append(link)
+    return links
+
+
+@click.command("install-clis")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False),
+    help="Install directory [default: $AGENTRL_CLI_DIR, else ~/.cache/agentrl/clis].",
+)
+@click.option(
+    "--only",
+    type=click.Choice(GROUPS),
+    multiple=True,
+    help="Install only this CLI (repeatable) [default: all].",
+)
+def install_clis_command(dest: str | None, only: tuple[str, ...]) -> None:
+    """Install the pinned agent CLIs (Claude Code, Codex) with npm, for the local sandbox.
+
+    Pins already installed are skipped, so a rerun takes well under a second. The
+    variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION and CODEX_VERSION override
+    the pinned versions.
+    """
+    target = pathlib.Path(dest) if dest else default_dest()
+
+    def report(message: str) -> None:
+        click.echo(f"install-clis: {message}", err=True)
+
+    try:
+        links = install_clis(target, pinned_clis(only), report=report)
+    except (HarnessError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    root = target.expanduser().resolve()
+    names = ", ".join(f"bin/{link.name}" for link in links)
+    report(f"ready in {root}: {names}")
+    if not any(c.resolve() == root for c in cli_dir_candidates() if c.exists()):
+        report(f"agentrl looks elsewhere by default: set AGENTRL_CLI_DIR={root} or pass --cli-dir")
+
+
+# -- find ----------------------------------------------------------------------------------
+def _checkout_cli_dir() -> pathlib.Path | None:
+    """``.cache/clis`` of the source checkout agentrl runs from, if it runs from one."""
+    checkout = pathlib.Path(__file__).resolve().parents[3]
+    return checkout / ".cache" / "clis" if (checkout / "pyproject.toml").is_file() else None
+
+
+def cli_dir_candidates() -> list[pathlib.Path]:
+    """Where an install directory is looked for, in order.
+
+    ``$AGENTRL_CLI_DIR``, ``.cache/clis`` in the current directory, the source checkout's
+    ``.cache/clis``, then ``agentrl install-clis``'s default under agentrl's cache.
+    """
+    configured = os.environ.get("AGENTRL_CLI_DIR")
+    candidates = [pathlib.Path(configured)] if configured else []
+    candidates.append(pathlib.Path(".cache/clis"))
+    checkout = _checkout_cli_dir()
+    if checkout is not None:
+        candidates.append(checkout)
+    candidates.append(default_cache_dir() / "clis")
+    return candidates
+
+
+def find_cli_dir(binary: str | None = None) -> pathlib.Path | None:
+    """A host install of the agent CLIs the local sandbox can bind, or None.
+
+    The first of :func:`cli_dir_candidates` that holds ``bin/<binary>`` (any ``bin/``
+    when ``binary`` is None). Failing that, a named ``binary`` is looked for on ``PATH``
+    (:func:`cli_dir_from_path`), which raises ``HarnessError`` when the one found cannot
+    be used.
+    """
+    for candidate in cli_dir_candidates():
+        if (candidate / "bin" / (binary or "")).exists():
+            return candidate.resolve()
+    return cli_dir_from_path(binary) if binary else None
+
+
+def _cli_version(executable: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            [executable, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HarnessError(
+            f"`{executable} --version` could not run ({exc}); reinstall it, or install the "
+            "pinned version with `agentrl install-clis`"
+        ) from None
+    if proc.returncode != 0:
+        output = (proc.stderr or proc.stdout).strip()[-300:]
+        raise HarnessError(
+            f"`{executable} --version` failed (exit {proc.returncode}: {output or 'no output'}); "
+            "reinstall it, or install the pinned version with `agentrl install-clis`"
+        )
+    match = _VERSION.search(proc.stdout)
+    return match.group(1) if match else None
+
+
+def cli_dir_from_path(binary: str) -> pathlib.Path | None:
+    """The npm package directory of the ``binary`` on ``PATH``, or None when there is none.
+
+    A CLI installed with ``npm install -g`` is a symlink into
+    ``PREFIX/lib/node_modules/<package>/``; that directory holds everything the CLI needs
+    and is what the sandbox binds (``Harness.host_install`` accepts it). The CLI must run
+    (``binary --version``); a version other than the pinned one gets a warning.
+    """
+    found = shutil.which(binary)
+    if found is None:
+        return None
+    pin = _main_pin(binary)
+    version = _cli_version(found)
+    if pin is not None and version != pin.version:
+        logger.warning(
+            "%s (on PATH) is version %s; agentrl is tested with %s (`agentrl install-clis` "
+            "installs it)",
+            found,
+            version or "unknown",
+            pin.version,
+        )
+    package = pin.package if pin is not None else binary
+    resolved = pathlib.Path(found).resolve()
+    package_dir = npm_package_dir(resolved, package)
+    if package_dir is None:
+        raise HarnessError(
+            f"{found} (on PATH) is {resolved}, which is not inside an installed {package} npm "
+            "package, so agentrl cannot bind it into the sandbox; run `agentrl install-clis` "
+            f"(or set AGENTRL_CLI_DIR to a directory holding bin/{binary})"
+        )
+    logger.info("using %s %s from PATH (%s)", binary, version, package_dir)
+    return package_dir
