@@ -8,7 +8,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 agentrl="$root/.venv/bin/agentrl"
 if [[ ! -x $agentrl ]]; then
     agentrl=$(command -v agentrl) || {
-        echo "install-clis: agentrl is not installed; run make deps (or pip install agentrl) first" >&2
+        echo "install-clis: agentrl is not installed; run make deps first (or install agentrl from this checkout: pip install .)" >&2
         exit 1
     }
 fi
