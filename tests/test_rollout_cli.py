@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def _read(path: str) -> str:
     return Path(path).read_text()
 
 
-async def _agentrl(*args: str, cwd: Path) -> tuple[int, str, str]:
+async def _agentrl(*args: str, cwd: Path, env: dict | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -55,7 +56,7 @@ async def _agentrl(*args: str, cwd: Path) -> tuple[int, str, str]:
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
+        env=env or {**os.environ, "COLUMNS": "200"},
     )
     out, err = await asyncio.wait_for(proc.communicate(), 600)
     return proc.returncode, out.decode(), err.decode()
@@ -179,6 +180,74 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
         "rollout", str(bad), "--engine-url", "http://127.0.0.1:9", "--tokenizer", ".", cwd=tmp_path
     )
     assert code == 1 and "bad.jsonl:1" in stderr and "Traceback" not in stderr
+
+
+async def test_unknown_option_keys_are_usage_errors(tmp_path, scripted_engine, qwen_tokenizer_dir):
+    """A misspelt --sandbox-options / --harness-options key: exit 2 listing the keys, no rollout."""
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    out = tmp_path / "out"
+    args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
+    code, _, stderr = await _agentrl(*args, "--sandbox-options", '{"memroy_mb": 512}', cwd=tmp_path)
+    assert code == 2, stderr[-3000:]
+    assert "--sandbox-options: the 'local' sandbox has no option 'memroy_mb'" in stderr
+    assert "did you mean 'memory_mb'?" in stderr and "pids" in stderr and "Traceback" not in stderr
+    code, _, stderr = await _agentrl(*args, "--harness-options", '{"modle": "m"}', cwd=tmp_path)
+    assert code == 2 and "the 'claude_code' harness has no option 'modle'" in stderr, stderr
+    assert "cli_path" in stderr
+    assert not scripted_engine.generate_requests and not (out / "rollouts.jsonl").exists()
+
+
+async def test_e2b_task_without_image_fails_before_the_first_rollout(
+    tmp_path, scripted_engine, qwen_tokenizer_dir
+):
+    """e2b, an image-less row and no template: one line naming the task, exit 1, nothing run."""
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if "E2B" not in k}
+    args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
+    code, _, stderr = await _agentrl(
+        *args, "--sandbox", "e2b", "--public-host", "127.0.0.1", cwd=tmp_path, env=env
+    )
+    assert code == 1, stderr[-3000:]
+    assert "task 'textstats-1' cannot run in the 'e2b' sandbox" in stderr
+    assert "needs an image" in stderr and "Traceback" not in stderr
+    assert not (out / "rollouts.jsonl").exists() or not (out / "rollouts.jsonl").read_text()
+
+
+async def test_failed_rollouts_exit_1_and_run_again_on_resume(
+    tmp_path, scripted_engine, qwen_tokenizer_dir
+):
+    """Every rollout an infra_error: exit 1 with a count; --keep-failed keeps it; a fixed re-run redoes it."""
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+    task_file = _one_task_file(tmp_path, "textstats-1")
+    out = tmp_path / "out"
+    args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
+    broken = ("--sandbox-options", '{"bwrap": "false"}')  # a "bubblewrap" that exits at once
+
+    code, _, stderr = await _agentrl(*args, *broken, cwd=tmp_path)
+    assert code == 1, stderr[-3000:]
+    assert "1 of 1 rollouts ended in infra_error/grader_error (1 infra_error)" in stderr
+    assert f"{out / 'rollouts.jsonl'}" in stderr and "Traceback" not in stderr
+    (failed,) = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert failed["outcome"] == "infra_error" and failed["attempt"] == 1
+
+    code, stdout, stderr = await _agentrl(*args, *broken, "--keep-failed", cwd=tmp_path)
+    assert code == 0, stderr[-3000:]
+    assert not (out / "rollouts.failed.jsonl").exists()
+    assert "rollouts this run" in stdout and not scripted_engine.generate_requests
+
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+    code, stdout, stderr = await _agentrl(*args, cwd=tmp_path)
+    assert code == 0, stderr[-3000:]
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["outcome"], r["attempt"]) for r in rollouts] == [
+        ("textstats-1#0", "solved", 2)
+    ]
+    old = [json.loads(line) for line in (out / "rollouts.failed.jsonl").read_text().splitlines()]
+    assert old == [failed]
+    assert re.search(r"retried \(infra/grader error before\)\W+1\W", stdout), stdout
 
 
 def test_cli_dir_default_follows_the_install_script(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 import threading
 
 import attrs
@@ -205,6 +206,95 @@ async def test_infra_failures_are_marked_and_not_counted_as_reward(tmp_path):
     assert samples["task-0"]["remove_sample"] is True
     assert summary.failed == 1
     assert summary.to_dict()["solve_rate"] == 1.0
+
+
+def _exists(path: str) -> bool:
+    return pathlib.Path(path).exists()
+
+
+def _outcome_by_task(outcomes: dict[str, Outcome], calls: list[str]):
+    async def rollout(task, index):
+        calls.append(task.instance_id)
+        outcome = outcomes[task.instance_id]
+        reward = 1.0 if outcome is Outcome.SOLVED else 0.0
+        return FakeResult(task.instance_id, outcome, reward, (FakeSample(reward),))
+
+    return rollout
+
+
+async def test_rerun_redoes_infra_and_grader_errors_and_keeps_their_old_rows(tmp_path):
+    """Resuming redoes infra/grader errors only; old rows and files move aside, one row per job."""
+    calls: list[str] = []
+    first = {
+        "task-0": Outcome.INFRA_ERROR,
+        "task-1": Outcome.GRADER_ERROR,
+        "task-2": Outcome.AGENT_ERROR,
+        "task-3": Outcome.UNSOLVED,
+    }
+    runner = Runner(_outcome_by_task(first, calls), tmp_path)
+    await runner.run(runner.plan(_tasks(4), 1))
+    failed_rows = [r for r in _read(tmp_path / "rollouts.jsonl") if r["remove_sample"]]
+
+    calls.clear()
+    second = Runner(_outcome_by_task(dict.fromkeys(first, Outcome.SOLVED), calls), tmp_path)
+    jobs = second.plan(_tasks(4), 1)
+    assert [job.key for job in jobs] == ["task-0#0", "task-1#0"]
+    assert (second.summary.skipped, second.summary.retried) == (2, 2)
+    summary = await second.run(jobs)
+    assert sorted(calls) == ["task-0", "task-1"]
+    assert summary.to_dict()["retried"] == 2
+
+    rows = _read(tmp_path / "rollouts.jsonl")
+    assert sorted(r["key"] for r in rows) == [f"task-{i}#0" for i in range(4)]
+    by_key = {r["key"]: r for r in rows}
+    assert by_key["task-0#0"]["outcome"] == "solved" and by_key["task-0#0"]["attempt"] == 2
+    assert by_key["task-2#0"]["outcome"] == "agent_error" and by_key["task-2#0"]["attempt"] == 1
+    assert _read(tmp_path / "rollouts.failed.jsonl") == failed_rows
+    for old in failed_rows:  # the failed attempt's log and diff are still where its row says
+        assert old["agent_log_path"] != by_key[old["key"]]["agent_log_path"]
+        assert _exists(old["agent_log_path"]) and _exists(old["diff_path"])
+        assert by_key[old["key"]]["diff_path"].endswith("__0.attempt-2.diff")
+    samples = _read(tmp_path / "samples.jsonl")
+    assert sorted(s["key"] for s in samples) == [f"task-{i}#0" for i in range(4)]
+    assert not any(s["remove_sample"] for s in samples)
+
+
+async def test_a_rollout_failing_again_counts_its_attempts(tmp_path):
+    """Each failed attempt is kept in rollouts.failed.jsonl; the next one is numbered after them."""
+    calls: list[str] = []
+    for _ in range(3):
+        runner = Runner(_outcome_by_task({"task-0": Outcome.INFRA_ERROR}, calls), tmp_path)
+        await runner.run(runner.plan(_tasks(1), 1))
+    assert calls == ["task-0"] * 3
+    assert [r["attempt"] for r in _read(tmp_path / "rollouts.failed.jsonl")] == [1, 2]
+    assert [r["attempt"] for r in _read(tmp_path / "rollouts.jsonl")] == [3]
+
+
+async def test_keep_failed_counts_infra_errors_as_done(tmp_path):
+    """With keep_failed a committed infra error is not redone and nothing is moved."""
+    calls: list[str] = []
+    runner = Runner(_outcome_by_task({"task-0": Outcome.INFRA_ERROR}, calls), tmp_path)
+    await runner.run(runner.plan(_tasks(1), 1))
+    before = (tmp_path / "rollouts.jsonl").read_text()
+    again = Runner(_outcome_by_task({"task-0": Outcome.SOLVED}, calls), tmp_path, keep_failed=True)
+    assert again.plan(_tasks(1), 1) == []
+    assert (again.summary.skipped, again.summary.retried) == (1, 0)
+    assert (tmp_path / "rollouts.jsonl").read_text() == before
+    assert not (tmp_path / "rollouts.failed.jsonl").exists()
+
+
+def test_moving_failed_rows_survives_an_interruption_half_way(tmp_path):
+    """A row already copied to rollouts.failed.jsonl but still in rollouts.jsonl is kept once."""
+    failed = json.dumps({"key": "a#0", "outcome": "infra_error", "attempt": 1}) + "\n"
+    done = json.dumps({"key": "b#0", "outcome": "solved"}) + "\n"
+    (tmp_path / "rollouts.jsonl").write_text(failed + done)
+    (tmp_path / "rollouts.failed.jsonl").write_text(failed)
+    runner = Runner(lambda t, i: None, tmp_path)
+    assert runner.done_keys() == {"b#0"}
+    assert (tmp_path / "rollouts.failed.jsonl").read_text() == failed
+    assert (tmp_path / "rollouts.jsonl").read_text() == done
+    assert runner.plan([Task(instance_id="a", problem_statement="x")], 1)[0].key == "a#0"
+    assert runner.summary.retried == 1
 
 
 async def test_evaluation_writes_no_samples(tmp_path):

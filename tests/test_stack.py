@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
+import types
+from typing import ClassVar
 
+import attrs
 import pytest
 
+from agentrl import hookimpl, plugins
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.plugins import NotAvailableError
+from agentrl.sandboxes.base import Sandbox
 from agentrl.stack import Stack, StackError, StackOptions, merge_sandbox_options
+from agentrl.types import Task
 
 
 def test_impossible_options_fail_before_anything_starts():
@@ -56,3 +64,157 @@ async def test_aclose_closes_everything_even_when_a_step_fails():
     assert not _exists(socket_dir)
     await stack.aclose()  # idempotent: nothing left to close
     assert closed == ["middleware", "engine"]
+
+
+@pytest.fixture
+def registry():
+    """The built-in plugins in a registry of this test's own, without entry points."""
+    reg = plugins.PluginRegistry(load_entrypoints=False, disabled=())
+    previous = plugins.reset_registry(reg)
+    yield reg
+    plugins.reset_registry(previous)
+
+
+def _register(registry, hook: str, *classes: type) -> None:
+    module = types.ModuleType(f"third_party_{hook}")
+
+    def register_classes(register):
+        for cls in classes:
+            register(cls)
+
+    register_classes.__name__ = hook
+    setattr(module, hook, hookimpl(register_classes))
+    registry.pm.register(module)
+
+
+def _options(**kw):
+    return StackOptions(engine_url="http://127.0.0.1:9", tokenizer="/tok", **kw)
+
+
+def test_unknown_option_keys_are_an_error_listing_the_valid_keys():
+    """A misspelt sandbox, harness or engine option fails the check; the valid keys pass."""
+    with pytest.raises(StackError) as info:
+        _options(sandbox_options={"memroy_mb": 512}).check()
+    message = str(info.value)
+    assert message.startswith("--sandbox-options: the 'local' sandbox has no option 'memroy_mb'")
+    assert "did you mean 'memory_mb'?" in message and "pids" in message
+    with pytest.raises(StackError, match=r"--harness-options: the 'codex' harness .* 'cli_pat'"):
+        _options(harness="codex", harness_options={"cli_pat": "/x"}).check()
+    with pytest.raises(StackError, match=r"engine options: the 'sglang' engine .* 'url'"):
+        _options(engine_options={"url": "http://other"}).check()
+    e2b = {"sandbox": "e2b", "public_host": "10.0.0.1"}
+    with pytest.raises(StackError, match=r"'e2b' sandbox has no option 'templat'.*'template'"):
+        _options(sandbox_options={"templat": "base"}, **e2b).check()
+    # Valid keys of each pass: local, e2b (its E2BOptions fields), harness fields, engine.
+    _options(sandbox_options={"memory_mb": 512, "env": {"A": "1"}, "ro_binds": {}}).check()
+    _options(sandbox="e2b", public_host="h", sandbox_options={"template": "t", "size": "m"}).check()
+    _options(harness_options={"cli_path": "/x", "extra_args": ["--max-turns", "5"]}).check()
+    _options(engine_options={"sock_read_timeout": 30.0}).check()
+
+
+def test_task_fields_are_not_sandbox_options():
+    """``workdir`` comes from the task: as a sandbox option it would clash, so it is refused."""
+    with pytest.raises(StackError, match="no option 'workdir'"):
+        _options(sandbox_options={"workdir": "/elsewhere"}).check()
+
+
+def test_third_party_classes_that_declare_nothing(registry):
+    """Plugin options are checked against the constructor; **kwargs or no contract: unchecked."""
+
+    class ExplicitSandbox(Sandbox):
+        name = "explicit"
+
+        def __init__(self, *, workdir: str = "/workspace", flavour: str = "plain") -> None:
+            self.workdir, self.flavour = workdir, flavour
+
+    class OpenSandbox(Sandbox):
+        name = "open"
+
+        def __init__(self, **options) -> None:
+            self.options = options
+
+    class DuckSandbox:
+        """No Sandbox base class: nothing to ask."""
+
+        name = "duck"
+
+    _register(registry, "register_sandboxes", ExplicitSandbox, OpenSandbox, DuckSandbox)
+    socket = {"unix_path": "/tmp/agentrl-test.sock"}
+    _options(sandbox="explicit", sandbox_options={"flavour": "spicy"}, **socket).check()
+    with pytest.raises(StackError, match=r"'explicit' sandbox has no option 'colour'.*flavour"):
+        _options(sandbox="explicit", sandbox_options={"colour": "red"}, **socket).check()
+    _options(sandbox="open", sandbox_options={"anything": 1}, **socket).check()
+    _options(sandbox="duck", sandbox_options={"anything": 1}, **socket).check()
+
+
+def test_an_unknown_plugin_name_is_a_plugin_error():
+    """Checking option keys looks the plugins up, so a bad name fails there, listing the names."""
+    with pytest.raises(NotAvailableError, match="codex"):
+        _options(harness="nope").check()
+
+
+async def test_e2b_without_an_image_or_template_fails_before_any_rollout(qwen_tokenizer_dir):
+    """A task without an image and no template: one error naming the task, not a boot per job."""
+    options = StackOptions(
+        sandbox="e2b",
+        public_host="127.0.0.1",
+        engine_url="http://127.0.0.1:9",
+        tokenizer=str(qwen_tokenizer_dir),
+        sandbox_options={"environ": {}, "image_metadata_key": "image"},
+    )
+    async with Stack(options) as stack:
+        stack.check_tasks([Task(instance_id="routed", problem_statement="x", image="py:3.12")])
+        with pytest.raises(StackError) as info:
+            stack.check_tasks(
+                [
+                    Task(instance_id="routed", problem_statement="x", image="py:3.12"),
+                    Task(instance_id="bare", problem_statement="x"),
+                ]
+            )
+    message = str(info.value)
+    assert message.startswith("task 'bare' cannot run in the 'e2b' sandbox: ")
+    assert "needs an image" in message and "template" in message
+
+
+async def test_local_tasks_whose_repository_is_missing_fail_before_any_rollout(
+    tmp_path, qwen_tokenizer_dir
+):
+    """Missing repositories are counted and named, with the first reason."""
+    options = StackOptions(
+        engine_url="http://127.0.0.1:9", tokenizer=str(qwen_tokenizer_dir), cli_dir=None
+    )
+    tasks = [
+        Task(instance_id=f"t{i}", problem_statement="x", repo=str(tmp_path / f"gone{i}"))
+        for i in range(2)
+    ]
+    async with Stack(options) as stack:
+        with pytest.raises(StackError) as info:
+            stack.check_tasks([Task(instance_id="ok", problem_statement="x"), *tasks])
+    message = str(info.value)
+    assert message.startswith("2 of 3 tasks cannot run in the 'local' sandbox (t0, t1); ")
+    assert "the first, 't0': the task's repo" in message and "does not exist" in message
+
+
+async def test_a_harness_whose_cli_is_not_installed_fails_before_any_rollout(
+    registry, qwen_tokenizer_dir
+):
+    """Local sandbox on the host's root, no --cli-dir, no such binary here: one harness error."""
+
+    @attrs.define(kw_only=True)
+    class MissingCLIHarness(ClaudeCodeHarness):
+        name: ClassVar[str] = "missing-cli"
+        binary: ClassVar[str] = "agentrl-test-no-such-cli"
+
+    _register(registry, "register_harnesses", MissingCLIHarness)
+    options = StackOptions(
+        harness="missing-cli",
+        engine_url="http://127.0.0.1:9",
+        tokenizer=str(qwen_tokenizer_dir),
+    )
+    task = Task(instance_id="t", problem_statement="x")
+    async with Stack(options) as stack:
+        with pytest.raises(StackError, match="no agentrl-test-no-such-cli CLI installed"):
+            stack.check_tasks([task])
+    with_cli_path = attrs.evolve(options, harness_options={"cli_path": "/opt/cli"})
+    async with Stack(with_cli_path) as stack:
+        stack.check_tasks([task])  # an install source of its own: nothing to tell here

@@ -13,7 +13,7 @@ import click
 
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
-from agentrl.runner import Runner, RunSummary
+from agentrl.runner import RETRIED_OUTCOMES, Runner, RunSummary
 from agentrl.stack import Stack, StackError, StackOptions
 from agentrl.tokenizers import TokenizerError
 from agentrl.types import Task
@@ -54,6 +54,7 @@ def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: boo
 
     table.add_row("rollouts this run", str(data["rollouts"]))
     table.add_row("already done (resumed)", str(data["skipped_already_done"]))
+    table.add_row("retried (infra/grader error before)", str(data["retried"]))
     table.add_row("solved", str(data["solved"]))
     table.add_row("solve rate (graded rollouts)", fmt(data["solve_rate"], ".1%"))
     table.add_row("mean reward", fmt(data["mean_reward"], ".3f"))
@@ -129,11 +130,30 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @click.option("--public-host", help="Address sandboxes dial to reach the middleware (non-local).")
 @click.option("--sandbox-options", help="JSON object passed to the sandbox backend.")
 @click.option("--harness-options", help="JSON object passed to the harness.")
+@click.option(
+    "--keep-failed",
+    is_flag=True,
+    help="On resume, count rollouts that ended in infra_error or grader_error as done "
+    "instead of running them again.",
+)
 def rollout_command(**kw: Any) -> None:
     """Run agents on TASKS (JSONL rows) and write graded, token-exact samples.
 
     Re-running the same command with the same --out resumes: finished rollouts are not
-    redone. Ctrl-C stops cleanly, killing sandboxes and closing sessions.
+    redone, except those that ended in infra_error or grader_error, which run again
+    (their old rows move to rollouts.failed.jsonl) unless --keep-failed. Ctrl-C stops
+    cleanly, killing sandboxes and closing sessions.
+
+    \b
+    Exit status:
+      0    every rollout of this run ended normally (solved, unsolved,
+           agent_error, timeout or context_overflow), or none was left to run
+      1    some rollouts of this run ended in infra_error or grader_error (a
+           one-line count on stderr), the stack could not start, or a task
+           cannot run in its sandbox
+      2    usage error: a bad option, an unknown --sandbox-options or
+           --harness-options key
+      130  interrupted (Ctrl-C); re-run the same command to resume
     """
     from agentrl.graders.tasks import TaskLoadError, load_tasks, select_protocol
 
@@ -182,6 +202,8 @@ def rollout_command(**kw: Any) -> None:
         options.check()
     except StackError as exc:
         raise click.UsageError(str(exc)) from None
+    except PluginError as exc:
+        raise click.ClickException(str(exc)) from None
     out = pathlib.Path(kw["out"])
     summary = run_stack(
         options,
@@ -190,8 +212,19 @@ def rollout_command(**kw: Any) -> None:
         samples_per_task=kw["samples_per_task"],
         concurrency=kw["concurrency"],
         evaluation=evaluation,
+        keep_failed=kw["keep_failed"],
     )
     print_summary(summary, out, evaluation=evaluation)
+    failed = {o: n for o, n in sorted(summary.outcomes.items()) if o in RETRIED_OUTCOMES}
+    if failed:
+        counts = ", ".join(f"{n} {o}" for o, n in failed.items())
+        click.echo(
+            f"{sum(failed.values())} of {summary.done} rollouts ended in "
+            f"infra_error/grader_error ({counts}); see the error field in "
+            f"{out / 'rollouts.jsonl'}; re-run the same command to retry them",
+            err=True,
+        )
+        click.get_current_context().exit(1)
 
 
 def run_stack(
@@ -202,17 +235,20 @@ def run_stack(
     samples_per_task: int,
     concurrency: int,
     evaluation: bool,
+    keep_failed: bool = False,
 ) -> RunSummary:
     """Build the stack and run every job not yet done in ``out``, for a CLI command.
 
     A stack that cannot start (unknown plugin, unreadable tokenizer, missing agent CLI,
-    impossible options) becomes a one-line error; Ctrl-C exits 130 once rollouts have
-    cleaned up.
+    impossible options) or a task that cannot run in its sandbox (``Stack.check_tasks``)
+    becomes a one-line error before the first rollout; Ctrl-C exits 130 once rollouts
+    have cleaned up. ``keep_failed``: see ``Runner``.
     """
     from agentrl.harnesses.errors import HarnessError
 
+    run = _run(options, tasks, out, samples_per_task, concurrency, evaluation, keep_failed)
     try:
-        return asyncio.run(_run(options, tasks, out, samples_per_task, concurrency, evaluation))
+        return asyncio.run(run)
     except KeyboardInterrupt:
         # asyncio.run cancelled the run: rollouts cleaned up their sandboxes and sessions.
         click.echo(
@@ -231,9 +267,17 @@ async def _run(
     samples_per_task: int,
     concurrency: int,
     evaluation: bool,
+    keep_failed: bool,
 ) -> RunSummary:
     async with Stack(options) as stack:
         runner = Runner(
-            stack.rollout, out, concurrency=concurrency, evaluation=evaluation, decode=stack.decode
+            stack.rollout,
+            out,
+            concurrency=concurrency,
+            evaluation=evaluation,
+            decode=stack.decode,
+            keep_failed=keep_failed,
         )
-        return await run_with_progress(runner, runner.plan(tasks, samples_per_task))
+        jobs = runner.plan(tasks, samples_per_task)
+        stack.check_tasks({job.task.instance_id: job.task for job in jobs}.values())
+        return await run_with_progress(runner, jobs)

@@ -5,15 +5,20 @@ coroutine for every (task, sample index) not yet done and writes what comes back
 
 Output directory layout (``--out DIR``)::
 
-    rollouts.jsonl      one line per finished rollout (outcome, reward, timings, paths)
-    samples.jsonl       token-level training rows, one per TrainingSample (not in --eval)
-    agent_logs/KEY.log  the agent CLI's own log (stream-json / --json output)
-    diffs/KEY.diff      the agent's diff
-    summary.json        the summary table's numbers
+    rollouts.jsonl          one line per finished rollout (outcome, reward, timings, paths)
+    rollouts.failed.jsonl   earlier infra_error / grader_error lines of rollouts run again
+    samples.jsonl           token-level training rows, one per TrainingSample (not in --eval)
+    agent_logs/KEY.log      the agent CLI's own log (stream-json / --json output)
+    diffs/KEY.diff          the agent's diff
+    summary.json            the summary table's numbers
 
 A rollout's samples are written before its ``rollouts.jsonl`` line, so that line is the
 commit point: re-running resumes by skipping the keys already there and dropping sample
-rows of rollouts that never committed.
+rows of rollouts that never committed. A committed ``infra_error`` or ``grader_error`` is
+not done (unless ``keep_failed``): its line moves to ``rollouts.failed.jsonl`` and the
+rollout runs again, as attempt 2, 3, … (its log and diff then get an ``.attempt-N``
+suffix, so the failed attempt's files stay), leaving one line per rollout in
+``rollouts.jsonl``.
 """
 
 from __future__ import annotations
@@ -38,8 +43,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["RolloutJob", "RunSummary", "Runner", "rollout_key"]
 
 ROLLOUTS_FILE = "rollouts.jsonl"
+FAILED_FILE = "rollouts.failed.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+#: Outcomes that say nothing about the policy: a resumed run does them again.
+RETRIED_OUTCOMES = frozenset(o.value for o in Outcome if not o.trainable)
 
 
 def rollout_key(instance_id: str, index: int) -> str:
@@ -66,6 +74,8 @@ class RunSummary:
 
     total: int = 0
     skipped: int = 0
+    #: Jobs of this run that redo a committed infra_error / grader_error.
+    retried: int = 0
     done: int = 0
     running: int = 0
     outcomes: Counter = attrs.field(factory=Counter)
@@ -107,6 +117,7 @@ class RunSummary:
         return {
             "rollouts": self.done,
             "skipped_already_done": self.skipped,
+            "retried": self.retried,
             "solved": self.solved,
             "solve_rate": (self.solved / graded) if graded else None,
             "mean_reward": mean(self.rewards),
@@ -131,6 +142,7 @@ class Runner:
         concurrency: int = 4,
         evaluation: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
+        keep_failed: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -139,27 +151,43 @@ class Runner:
         self.concurrency = concurrency
         self.evaluation = evaluation
         self.decode = decode
+        self.keep_failed = keep_failed
         self.summary = RunSummary()
         self._write_lock = asyncio.Lock()
+        #: key -> attempt number, for keys whose earlier attempts failed.
+        self._attempts: dict[str, int] = {}
 
     # -- resume ------------------------------------------------------------
     def done_keys(self) -> set[str]:
-        """Keys of rollouts already committed to ``rollouts.jsonl``.
+        """Keys of rollouts already committed to ``rollouts.jsonl`` and kept as done.
 
+        A committed ``infra_error`` or ``grader_error`` line moves to
+        ``rollouts.failed.jsonl`` (unless ``keep_failed``), so that rollout runs again.
         Also drops what an interrupted run left behind: torn lines, a rollout line written
-        twice, and sample rows of rollouts that never committed.
+        twice, and sample rows of rollouts that never committed or run again.
         """
         done: set[str] = set()
+        seen: set[str] = set()
 
-        def first_commit(row: dict[str, Any]) -> bool:
+        def decide(row: dict[str, Any]) -> str:
             key = row.get("key")
-            if not isinstance(key, str) or key in done:
-                return False
+            if not isinstance(key, str) or key in seen:
+                return _DROP
+            seen.add(key)
+            if not self.keep_failed and row.get("outcome") in RETRIED_OUTCOMES:
+                return _MOVE
             done.add(key)
-            return True
+            return _KEEP
 
-        _filter_jsonl(self.out / ROLLOUTS_FILE, first_commit)
-        _filter_jsonl(self.out / SAMPLES_FILE, lambda row: row.get("key") in done)
+        failed = self.out / FAILED_FILE
+        _filter_jsonl(self.out / ROLLOUTS_FILE, decide, move=lambda lines: _append(failed, lines))
+        _filter_jsonl(
+            self.out / SAMPLES_FILE, lambda row: _KEEP if row.get("key") in done else _DROP
+        )
+        self._attempts = {}
+        if failed.exists():
+            counts = Counter(_keys(failed))
+            self._attempts = {key: n + 1 for key, n in counts.items()}
         return done
 
     def plan(self, tasks: Iterable[Task], samples_per_task: int) -> list[RolloutJob]:
@@ -172,6 +200,7 @@ class Runner:
         todo = [job for job in jobs if job.key not in done]
         self.summary.total = len(jobs)
         self.summary.skipped = len(jobs) - len(todo)
+        self.summary.retried = sum(job.key in self._attempts for job in todo)
         return todo
 
     # -- running -----------------------------------------------------------
@@ -209,13 +238,15 @@ class Runner:
     async def _commit(self, job: RolloutJob, result: Any) -> None:
         """Write one rollout's files, its ``rollouts.jsonl`` line last, and count it."""
         key = job.key
-        stem = key.replace("#", "__")
+        attempt = self._attempts.get(key, 1)
+        stem = key.replace("#", "__") + (f".attempt-{attempt}" if attempt > 1 else "")
         log_path = self.out / "agent_logs" / f"{stem}.log"
         diff_path = self.out / "diffs" / f"{stem}.diff"
         row = {
             "key": key,
             "instance_id": job.task.instance_id,
             "sample_index": job.index,
+            "attempt": attempt,
             **result.to_dict(),
             "num_samples": len(result.samples),
             "remove_sample": bool(result.remove_sample),
@@ -281,15 +312,25 @@ async def _complete(awaitable: Awaitable[None]) -> None:
     task.result()
 
 
-def _filter_jsonl(path: pathlib.Path, keep: Callable[[dict[str, Any]], bool]) -> None:
-    """Keep the rows of a JSONL file that ``keep`` accepts; torn or foreign lines go.
+_KEEP, _DROP, _MOVE = "keep", "drop", "move"
+
+
+def _filter_jsonl(
+    path: pathlib.Path,
+    decide: Callable[[dict[str, Any]], str],
+    move: Callable[[list[str]], None] | None = None,
+) -> None:
+    """Keep, drop or move the rows of a JSONL file, as ``decide`` says; torn or foreign lines go.
 
     One streaming pass decides; the file is rewritten (through a temporary file, then an
     atomic rename) only when something changes, so resuming a clean run writes nothing.
+    Lines to move are handed to ``move`` before the rewrite: an interruption in between
+    leaves them in both places, never in neither.
     """
     if not path.exists():
         return
-    kept: list[bool] = []
+    verdicts: list[str] = []
+    moved: list[str] = []
     complete = True
     with path.open() as fh:
         for line in fh:
@@ -297,20 +338,57 @@ def _filter_jsonl(path: pathlib.Path, keep: Callable[[dict[str, Any]], bool]) ->
                 row = json.loads(line)
             except json.JSONDecodeError:
                 row = None
-            kept.append(isinstance(row, dict) and keep(row))
+            verdict = decide(row) if isinstance(row, dict) else _DROP
+            verdicts.append(verdict)
+            if verdict == _MOVE:
+                moved.append(line if line.endswith("\n") else line + "\n")
             complete = line.endswith("\n")
-    if all(kept) and complete:
+    if all(v == _KEEP for v in verdicts) and complete:
         return
-    if not all(kept):
+    dropped = verdicts.count(_DROP)
+    if dropped:
         logger.warning(
             "%s: dropping %d of %d lines an interrupted run left unfinished",
             path,
-            kept.count(False),
-            len(kept),
+            dropped,
+            len(verdicts),
         )
+    if moved:
+        assert move is not None, f"{path}: rows to move but nowhere to move them"
+        logger.info("%s: %d failed rollouts will run again", path, len(moved))
+        move(moved)
     staging = path.with_name(f".{path.name}.resume")
     with path.open() as src, staging.open("w") as dst:
-        for line, keep_line in zip(src, kept, strict=True):
-            if keep_line:
+        for line, verdict in zip(src, verdicts, strict=True):
+            if verdict == _KEEP:
                 dst.write(line if line.endswith("\n") else line + "\n")
     os.replace(staging, path)
+
+
+def _append(path: pathlib.Path, lines: list[str]) -> None:
+    """Append ``lines`` to ``path`` (durably), skipping any it already holds."""
+    text = path.read_text() if path.exists() else ""
+    have = set(text.splitlines(keepends=True))
+    with path.open("a") as fh:
+        if text and not text.endswith("\n"):
+            fh.write("\n")  # a torn last line stays torn, on a line of its own
+        for line in lines:
+            if line not in have:
+                fh.write(line)
+                have.add(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _keys(path: pathlib.Path) -> list[str]:
+    """The ``key`` of every readable row of a JSONL file."""
+    keys = []
+    with path.open() as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("key"), str):
+                keys.append(row["key"])
+    return keys

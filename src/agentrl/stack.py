@@ -25,7 +25,7 @@ import pathlib
 import tempfile
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -109,6 +109,43 @@ class StackOptions:
                 f"the {self.sandbox!r} sandbox reaches the middleware over the network: pass "
                 "--public-host, an address of this machine the sandboxes can route to"
             )
+        self.check_option_keys()
+
+    def engine_args(self) -> tuple[Any, ...]:
+        """The positional arguments the engine class is built with (before ``engine_options``)."""
+        if self.engine == "sglang":
+            return (self.engine_url,)
+        if self.engine == "transformers":
+            return (self.model_path,)
+        return ()
+
+    def check_option_keys(self) -> None:
+        """Raise ``StackError`` for an option key the sandbox, harness or engine does not take.
+
+        Each plugin class says what it accepts (its ``check_options`` classmethod; by
+        default its constructor's keyword parameters). A class without ``check_options``
+        gets its options unchecked. Unknown plugin names raise ``PluginError``.
+        """
+        from agentrl.plugin_options import OptionsError, check_option_keys, keyword_parameters
+
+        engine_keys = keyword_parameters(
+            plugins.get_engine(self.engine), positional=len(self.engine_args())
+        )
+        checks = (
+            ("--sandbox-options", plugins.get_sandbox(self.sandbox), self.sandbox_options),
+            ("--harness-options", plugins.get_harness(self.harness), self.harness_options),
+        )
+        for flag, cls, options in checks:
+            check = getattr(cls, "check_options", None)
+            try:
+                if check is not None:
+                    check(options)
+            except OptionsError as exc:
+                raise StackError(f"{flag}: {exc}") from None
+        try:
+            check_option_keys(f"the {self.engine!r} engine", self.engine_options, engine_keys)
+        except OptionsError as exc:
+            raise StackError(f"engine options: {exc}") from None
 
 
 class Stack:
@@ -146,12 +183,7 @@ class Stack:
         engine_cls = plugins.get_engine(o.engine)
 
         self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
-        if o.engine == "sglang":
-            self.engine = engine_cls(o.engine_url, **o.engine_options)
-        elif o.engine == "transformers":
-            self.engine = engine_cls(o.model_path, **o.engine_options)
-        else:
-            self.engine = engine_cls(**o.engine_options)
+        self.engine = engine_cls(*o.engine_args(), **o.engine_options)
         self.middleware = Middleware(
             engine=self.engine,
             tokenizer=self.tokenizer,
@@ -205,6 +237,50 @@ class Stack:
     def sandbox_factory(self, task: Task) -> Any:
         """A fresh, unstarted sandbox for ``task`` (agent and grading sandboxes alike)."""
         return self._sandbox_cls.from_task(task, **self.sandbox_options)
+
+    def check_tasks(self, tasks: Iterable[Task]) -> None:
+        """Raise ``StackError`` when a task is sure to fail before it boots, before any rollout.
+
+        Asks the sandbox backend (``check_task``: its tools, the task's image and
+        repository) and, where the sandbox searches this machine's own directories
+        (``host_search_path``), the harness whether its CLI is there (``check_cli``).
+        A plugin class without these methods is not asked.
+        """
+        from agentrl.harnesses.errors import HarnessError
+        from agentrl.sandboxes.base import SandboxError
+
+        cls, options = self._sandbox_cls, self.sandbox_options
+        check_task = getattr(cls, "check_task", None)
+        search_path = getattr(cls, "host_search_path", None)
+        check_cli = getattr(self.harness, "check_cli", None)
+        failed: dict[str, str] = {}
+        paths: set[str | None] = set()
+        count = 0
+        for task in tasks:
+            count += 1
+            try:
+                if check_task is not None:
+                    check_task(task, **options)
+                if search_path is not None:
+                    paths.add(search_path(task, **options))
+            except (SandboxError, ValueError, TypeError) as exc:
+                failed.setdefault(task.instance_id, str(exc))
+        if failed:
+            first, reason = next(iter(failed.items()))
+            where = f"in the {self.options.sandbox!r} sandbox"
+            if len(failed) == 1:
+                raise StackError(f"task {first!r} cannot run {where}: {reason}")
+            names = ", ".join(list(failed)[:5]) + (", …" if len(failed) > 5 else "")
+            raise StackError(
+                f"{len(failed)} of {count} tasks cannot run {where} ({names}); "
+                f"the first, {first!r}: {reason}"
+            )
+        if check_cli is not None:
+            for path in sorted(p for p in paths if p is not None):
+                try:
+                    check_cli(path)
+                except HarnessError as exc:
+                    raise StackError(str(exc)) from None
 
     def make_grader(self, name: str) -> Any:
         """A ``name`` grader given the rollout's grading budget (``Grader.from_options``)."""

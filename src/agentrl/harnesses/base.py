@@ -17,6 +17,7 @@ import logging
 import os
 import pathlib
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -30,6 +31,7 @@ from agentrl.harnesses.npm import (
     package_bin,
 )
 from agentrl.harnesses.options import parse_extra_args, parse_extra_env
+from agentrl.plugin_options import check_option_keys, keyword_parameters
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     Sandbox,
@@ -178,6 +180,33 @@ class Harness(abc.ABC):
                 )
         if self.install_attempts < 1:
             raise HarnessError(f"install_attempts must be at least 1, got {self.install_attempts}")
+
+    @classmethod
+    def option_names(cls) -> frozenset[str] | None:
+        """The keyword arguments the harness takes (its fields); None when any key may be valid."""
+        return keyword_parameters(cls)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise ``OptionsError`` (listing the valid keys) for a key this harness does not take."""
+        check_option_keys(f"the {cls.name!r} harness", options, cls.option_names())
+
+    def check_cli(self, search_path: str | None) -> None:
+        """Raise ``HarnessError`` when the CLI is sure to be missing from a sandbox.
+
+        ``search_path`` is the sandbox's ``PATH`` when its directories are this machine's
+        (``Sandbox.host_search_path``), else None (nothing can be told). Tarballs and
+        ``cli_path`` are install sources of their own, so they pass.
+        """
+        if self.tarballs or self.cli_path or search_path is None:
+            return
+        if shutil.which(self.binary, path=search_path) is None:
+            raise HarnessError(
+                f"{self.name}: no {self.binary} CLI installed: the sandbox would look for it "
+                f"on PATH={search_path}, where this machine has none. Install it with "
+                "scripts/install-clis.sh and point AGENTRL_CLI_DIR (or agentrl rollout "
+                f"--cli-dir) at the install, or give the harness cli_path= or tarballs="
+            )
 
     @classmethod
     def host_install(cls, install_dir: str | os.PathLike[str]) -> tuple[dict[str, str], str]:

@@ -121,6 +121,28 @@ class E2BOptions:
         key = self.image_metadata_key or ""
         return f"{key.rsplit('/', 1)[0]}/size" if "/" in key else "size"
 
+    def boot_metadata(self, image: str | None) -> dict[str, str]:
+        """The creation metadata for ``image``; every configuration error surfaces here."""
+        metadata = dict(self.metadata)
+        key = self.image_metadata_key
+        if image:
+            if not key:
+                raise SandboxError(
+                    f"cannot route image {image!r}: no image metadata key is set. Set "
+                    "AGENTRL_E2B_IMAGE_METADATA_KEY (or SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY) "
+                    "to the metadata key your E2B gateway routes images by (often 'image'), "
+                    "or pass image_metadata_key=..."
+                )
+            metadata[key] = image
+            if self.size:
+                metadata[self.size_metadata_key()] = self.size
+        elif not self.template:
+            raise SandboxError(
+                "an e2b sandbox needs an image (task.image, routed by image_metadata_key) "
+                "or a template (AGENTRL_E2B_TEMPLATE); neither is set"
+            )
+        return metadata
+
     def sdk_params(self) -> dict[str, Any]:
         """Connection parameters for every e2b SDK call.
 

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from agentrl.sandboxes._local_proc import DEFAULT_PATH
@@ -65,6 +66,42 @@ def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
             binds[prefix] = prefix
     path = f"{os.path.dirname(executable)}:{DEFAULT_PATH}"
     return {"ro_binds": binds, "env": {"PATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+
+
+def require_bwrap(bwrap: str) -> None:
+    """Raise ``SandboxError`` when the bubblewrap executable ``bwrap`` is not installed."""
+    if shutil.which(bwrap) is None:
+        raise SandboxError(
+            f"bubblewrap ({bwrap!r}) is not installed; install it "
+            "(apt-get install bubblewrap) or use another sandbox backend"
+        )
+
+
+def check_sources(image: str | None, repo: str | None) -> None:
+    """Raise ``SandboxError`` when the task's image or repository is not on this machine."""
+    for kind, value in (("image", image), ("repo", repo)):
+        if value is not None:
+            _check_source(kind, value)
+
+
+def host_search_path(
+    image: str | None, env: Mapping[str, str], ro_binds: Mapping[str, str]
+) -> str | None:
+    """The sandbox's ``PATH`` when every directory on it is this machine's at the same path.
+
+    That holds on the host's root (no image) for the bound system directories and for
+    binds whose source is their destination; otherwise None.
+    """
+    if image is not None:
+        return None
+    path = env.get("PATH", DEFAULT_PATH)
+    visible = (
+        *(f"/{name}/" for name in HOST_ROOT_DIRS),
+        *(dest.rstrip("/") + "/" for src, dest in ro_binds.items() if src == dest),
+    )
+    if all((entry.rstrip("/") + "/").startswith(visible) for entry in path.split(":") if entry):
+        return path
+    return None
 
 
 def _is_tarball(path: pathlib.Path) -> bool:

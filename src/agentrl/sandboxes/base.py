@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from agentrl.plugin_options import check_option_keys, keyword_parameters
 from agentrl.types import ExecResult, Task
 
 __all__ = [
@@ -153,11 +154,47 @@ class Sandbox(abc.ABC):
     """
 
     name: ClassVar[str]
+    #: Constructor parameters ``from_task`` fills from the task, so never options.
+    task_parameters: ClassVar[frozenset[str]] = frozenset({"image", "repo", "workdir"})
 
     @classmethod
     @abc.abstractmethod
     def from_task(cls, task: Task, **options: Any) -> Sandbox:
         """A sandbox (not yet started) for ``task``'s image / repository and workdir."""
+
+    @classmethod
+    def option_names(cls) -> frozenset[str] | None:
+        """The keys ``from_task(task, **options)`` accepts; None when any key may be valid.
+
+        By default the constructor's keyword parameters, less ``task_parameters`` (None
+        when it takes ``**kwargs``). A backend whose options go elsewhere overrides this.
+        """
+        return keyword_parameters(cls, exclude=cls.task_parameters)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise ``OptionsError`` (listing the valid keys) for a key this backend does not take."""
+        check_option_keys(f"the {cls.name!r} sandbox", options, cls.option_names())
+
+    @classmethod
+    def check_task(cls, task: Task, **options: Any) -> None:
+        """Raise ``SandboxError`` when ``task`` cannot run with ``options``, known without booting.
+
+        Called once per task before the first rollout, so that a configuration that would
+        fail every boot (a missing tool, an image that cannot be routed) is one error, not
+        an ``infra_error`` per rollout. The default checks nothing.
+        """
+        return None
+
+    @classmethod
+    def host_search_path(cls, task: Task, **options: Any) -> str | None:
+        """The ``PATH`` a command in ``task``'s sandbox searches, when it is this machine's own.
+
+        A backend whose sandboxes see this host's directories at the same paths (the
+        ``local`` sandbox without an image) returns it, so that a harness can tell on the
+        host whether its CLI will be found. None (the default): not knowable here.
+        """
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

@@ -92,7 +92,7 @@ class E2BSandbox(Sandbox):
         self.max_output = max_output_bytes(self.options.max_output_bytes)
         self.image = image
         self.workdir = workdir
-        self._boot_metadata = self._metadata_for(image)
+        self._boot_metadata = self.options.boot_metadata(image)
         self._sdk = _import_sdk()
         self._rng = rng or random.Random()
         self._handle: Any = None
@@ -104,27 +104,20 @@ class E2BSandbox(Sandbox):
     def from_task(cls, task: Task, **options: Any) -> E2BSandbox:
         return cls(task.image, workdir=task.workdir, **options)
 
-    def _metadata_for(self, image: str | None) -> dict[str, str]:
-        """The creation metadata; every configuration error surfaces here, before any request."""
-        metadata = dict(self.options.metadata)
-        key = self.options.image_metadata_key
-        if image:
-            if not key:
-                raise SandboxError(
-                    f"cannot route image {image!r}: no image metadata key is set. Set "
-                    "AGENTRL_E2B_IMAGE_METADATA_KEY (or SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY) "
-                    "to the metadata key your E2B gateway routes images by (often 'image'), "
-                    "or pass image_metadata_key=..."
-                )
-            metadata[key] = image
-            if self.options.size:
-                metadata[self.options.size_metadata_key()] = self.options.size
-        elif not self.options.template:
-            raise SandboxError(
-                "an e2b sandbox needs an image (task.image, routed by image_metadata_key) "
-                "or a template (AGENTRL_E2B_TEMPLATE); neither is set"
-            )
-        return metadata
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        """Every ``E2BOptions`` field, plus ``environ`` and ``rng``."""
+        return frozenset(attrs.fields_dict(E2BOptions)) | {"environ", "rng"}
+
+    @classmethod
+    def check_task(cls, task: Task, **options: Any) -> None:
+        """The e2b SDK is installed and the task's image (or the template) can be routed."""
+        explicit = {k: v for k, v in options.items() if k not in ("environ", "rng")}
+        E2BOptions.resolve(options.get("environ"), **explicit).boot_metadata(task.image)
+        try:
+            _import_sdk()
+        except ImportError as exc:
+            raise SandboxError(str(exc)) from None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:

@@ -129,15 +129,23 @@ class LocalSandbox(Sandbox):
         """A sandbox with ``task.image`` as root and ``task.repo`` at ``task.workdir``."""
         return cls(image=task.image, repo=task.repo, workdir=task.workdir, **options)
 
+    @classmethod
+    def check_task(cls, task: Task, **options: Any) -> None:
+        """bubblewrap is installed, and the task's image and repository exist here."""
+        fs.require_bwrap(options.get("bwrap", "bwrap"))
+        fs.check_sources(task.image, task.repo)
+
+    @classmethod
+    def host_search_path(cls, task: Task, **options: Any) -> str | None:
+        """Without an image, the sandbox's ``PATH`` when it holds only host directories."""
+        sandbox = cls.from_task(task, **options)
+        return fs.host_search_path(sandbox.image, sandbox.env, sandbox.ro_binds)
+
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         if self._proc is not None or self._closed:
             raise SandboxError("a LocalSandbox starts once; create a new one for a new run")
-        if shutil.which(self.bwrap) is None:
-            raise SandboxError(
-                f"bubblewrap ({self.bwrap!r}) is not installed; install it "
-                "(apt-get install bubblewrap) or use another sandbox backend"
-            )
+        fs.require_bwrap(self.bwrap)
         for port, sock in self.services.items():
             if not sock.exists():
                 raise SandboxError(
