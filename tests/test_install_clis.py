@@ -267,3 +267,20 @@ def test_path_cli_that_cannot_run_or_be_bound_is_refused(isolated, tmp_path):
     loose.chmod(0o755)
     with pytest.raises(HarnessError, match="not inside an installed @anthropic-ai/claude-code"):
         find_cli_dir("claude")
+
+
+def test_rollout_default_cli_dir_is_the_harness_cli_on_path(isolated, tmp_path):
+    """`agentrl rollout --harness codex` with no install falls back to the codex on PATH."""
+    from agentrl.rollout_cli import _default_cli_dir
+
+    home = _npm_global(
+        tmp_path / "prefix",
+        "@openai/codex",
+        "codex",
+        "bin/codex.js",
+        "#!/bin/sh\necho codex-cli 0.171.0\n",
+    )
+    os.symlink(tmp_path / "prefix" / "bin" / "codex", isolated / "codex")
+    assert _default_cli_dir("codex") == str(home.resolve())
+    assert _default_cli_dir("claude_code") is None  # no claude anywhere
+    assert _default_cli_dir("no-such-harness") is None  # reported later, with the choices

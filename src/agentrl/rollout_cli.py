@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from agentrl.harnesses.install_clis import find_cli_dir
+from agentrl import plugins
 from agentrl.plugins import PluginError
 from agentrl.runner import RETRIED_OUTCOMES, Runner, RunSummary
 from agentrl.stack import Stack, StackError, StackOptions
@@ -37,6 +38,21 @@ def _json_option(value: str | None, name: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise click.BadParameter("expected a JSON object", param_hint=name)
     return parsed
+
+
+def _default_cli_dir(harness: str) -> str | None:
+    """The host CLI install for ``harness``: agentrl's own, else its binary on PATH."""
+    from agentrl.harnesses.errors import HarnessError
+
+    try:
+        binary = getattr(plugins.get_harness(harness), "binary", None)
+    except PluginError:
+        binary = None  # an unknown harness is reported with the other option checks
+    try:
+        found = find_cli_dir(binary)
+    except HarnessError as exc:
+        raise click.ClickException(str(exc)) from None
+    return str(found) if found is not None else None
 
 
 def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: bool) -> None:
@@ -125,7 +141,8 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     "--cli-dir",
     type=click.Path(file_okay=False),
     help="Host install of the agent CLIs (bin/claude, bin/codex) the local sandbox binds "
-    "read-only [default: $AGENTRL_CLI_DIR, else .cache/clis when it exists].",
+    "read-only [default: $AGENTRL_CLI_DIR, else .cache/clis here or in the checkout, else "
+    "~/.cache/agentrl/clis (agentrl install-clis), else the harness's CLI on PATH].",
 )
 @click.option("--public-host", help="Address sandboxes dial to reach the middleware (non-local).")
 @click.option("--sandbox-options", help="JSON object passed to the sandbox backend.")
@@ -169,8 +186,7 @@ def rollout_command(**kw: Any) -> None:
         raise click.ClickException(str(exc)) from None
     cli_dir = kw["cli_dir"]
     if cli_dir is None:
-        found = find_cli_dir()
-        cli_dir = str(found) if found is not None else None
+        cli_dir = _default_cli_dir(kw["harness"])
     sampling = {}
     if kw["temperature"] is not None:
         sampling["temperature"] = kw["temperature"]
