@@ -99,7 +99,9 @@ def test_missing_swebench_is_reported(task, monkeypatch):
         reason = SWEBenchGrader().check(task)
     finally:
         load_make_test_spec.cache_clear()
-    assert reason is not None and "pip install 'swebench>=4.0' (agentrl's [swebench] extra)" in reason
+    assert (
+        reason is not None and "pip install 'swebench>=4.0' (agentrl's [swebench] extra)" in reason
+    )
 
 
 def test_ladder_comes_from_the_installed_swebench():

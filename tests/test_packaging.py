@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+PIP = (sys.executable, "-m", "pip")
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +21,7 @@ def wheel(tmp_path_factory) -> pathlib.Path:
     """The wheel built from this checkout, as `pip wheel .` builds it for a user."""
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-        + ["-w", str(out), str(REPO_ROOT)],
+        [*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO_ROOT)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -78,16 +78,14 @@ def test_wheel_runs_outside_the_checkout(wheel, tmp_path):
     """Installed from the wheel and run from elsewhere, agentrl finds its own files."""
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site)]
-        + [str(wheel)],
+        [*PIP, "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     probe = (
-        "import agentrl, agentrl.demo as d; "
-        "print(agentrl.__file__); print(d.example_tasks_dir())"
+        "import agentrl, agentrl.demo as d; print(agentrl.__file__); print(d.example_tasks_dir())"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],

@@ -135,9 +135,13 @@ def test_unknown_name_lists_available(registry):
 def test_known_optional_backend_names_its_extra(registry, monkeypatch):
     """Asking for a backend an extra provides, when it isn't registered, says what to install."""
     reg = PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
-    with pytest.raises(NotAvailableError, match=r"pip install 'e2b>=2.0' \(agentrl's \[e2b\] extra"):
+    with pytest.raises(
+        NotAvailableError, match=r"pip install 'e2b>=2.0' \(agentrl's \[e2b\] extra"
+    ):
         reg.get("sandbox", "e2b")
-    with pytest.raises(NotAvailableError, match=r"pip install 'swebench>=4.0' \(agentrl's \[swebench"):
+    with pytest.raises(
+        NotAvailableError, match=r"pip install 'swebench>=4.0' \(agentrl's \[swebench"
+    ):
         reg.get("grader", "swebench")
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl import plugins
+from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.runner import RETRIED_OUTCOMES, Runner, RunSummary
 from agentrl.stack import Stack, StackError, StackOptions
