@@ -9,7 +9,7 @@ never re-sent, so it cannot run twice. A sandbox that no longer exists raises
 ``SandboxGoneError`` at once. The sandbox is killed on exit whatever happened; a failed
 kill is logged (the sandbox then ends when its lifetime runs out).
 
-The e2b SDK is imported only when a sandbox is constructed (``pip install 'agentrl[e2b]'``).
+The e2b SDK is imported only when a sandbox is constructed (the ``e2b`` extra).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from agentrl.extras import install_hint
 from agentrl.sandboxes._e2b_errors import Verdict, classify, rebuild_handle, reset_sdk_transports
 from agentrl.sandboxes._e2b_options import E2BOptions
 from agentrl.sandboxes.base import (
@@ -64,7 +65,7 @@ def _import_sdk() -> Any:
     except ImportError as exc:
         raise ImportError(
             "the 'e2b' sandbox needs the e2b SDK, which is not installed; "
-            "install it with: pip install 'agentrl[e2b]'"
+            f"install it with: {install_hint('e2b')}"
         ) from exc
     return e2b
 
