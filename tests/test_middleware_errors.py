@@ -235,3 +235,35 @@ def test_an_adapter_route_of_unknown_kind_is_refused_at_construction(qwen_tokeni
 
     with pytest.raises(ValueError, match="'misrouted': route kind must be one of"):
         Middleware(engine=None, tokenizer=qwen_tokenizer, adapters=[Misrouted()])
+
+
+async def test_healthz_reflects_the_engine(middleware, scripted_engine, http):
+    """/healthz is 200 while the engine answers its health check and 503 with the reason after."""
+    async with http.get(middleware.url + "/healthz") as response:
+        assert response.status == 200 and (await response.json())["ok"] is True
+    assert [r.path for r in scripted_engine.requests] == ["/health"]
+    scripted_engine.health_status = 503
+    async with http.get(middleware.url + "/healthz") as response:
+        assert response.status == 503
+        body = await response.json()
+    assert body["ok"] is False and body["error"]["type"] == "engine_unavailable"
+    assert "HTTP 503" in body["error"]["message"]
+    for path in ("/", "/api/hello"):  # connectivity probes: the middleware itself is up
+        async with http.head(middleware.url + path) as response:
+            assert response.status == 200
+
+
+async def test_healthz_of_an_unreachable_engine_is_503(qwen_tokenizer, http):
+    """With nothing listening at the engine URL, /healthz says 503 and names the URL."""
+    engine = SGLangEngine("http://127.0.0.1:9")
+    mw = Middleware(engine=engine, tokenizer=qwen_tokenizer, adapters=[AnthropicAdapter()])
+    await mw.start()
+    try:
+        async with http.get(mw.url + "/healthz") as response:
+            assert response.status == 503
+            body = await response.json()
+        assert "unreachable" in body["error"]["message"]
+        assert "http://127.0.0.1:9" in body["error"]["message"]
+    finally:
+        await mw.close()
+        await engine.aclose()

@@ -125,31 +125,41 @@ class Middleware:
                     )
                 seen[(method, path)] = adapter.name
                 app.router.add_route(method, path, self._handler(adapter, kind))
-        for path in ("/", "/api/hello", "/healthz"):
-            app.router.add_get(path, probes.health)
+        for path in ("/", "/api/hello"):
+            app.router.add_get(path, probes.alive)
+        app.router.add_get("/healthz", probes.health_handler(lambda: self.engine))
         app.router.add_get("/v1/models", probes.models_handler(self.model_name))
         return app
 
     async def start(
         self, host: str | None = "127.0.0.1", port: int = 0, unix_path: str | None = None
     ) -> str:
-        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket."""
+        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket.
+
+        A port already in use (or any other bind failure) raises the ``OSError``, with
+        nothing left listening.
+        """
         if self._runner is not None:
             raise RuntimeError("the middleware is already started; call close() first")
-        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        self._runner = runner
-        if host is not None:
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
-            shown = f"[{host}]" if ":" in host else host
-            self.url = f"http://{shown}:{bound[1]}"
-        if unix_path is not None:
-            await web.UnixSite(runner, unix_path).start()
-            self.unix_path = unix_path
         if host is None and unix_path is None:
             raise ValueError("start() needs a host, a unix_path or both")
+        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        try:
+            if host is not None:
+                site = web.TCPSite(runner, host, port)
+                await site.start()
+                bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+                shown = f"[{host}]" if ":" in host else host
+                self.url = f"http://{shown}:{bound[1]}"
+            if unix_path is not None:
+                await web.UnixSite(runner, unix_path).start()
+                self.unix_path = unix_path
+        except BaseException:
+            await runner.cleanup()
+            self.url = None
+            raise
+        self._runner = runner
         logger.info("middleware listening on %s", self.url or self.unix_path)
         return self.url or f"unix:{unix_path}"
 

@@ -3,18 +3,61 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from agentrl.adapters.protocol import ProtocolError
+from agentrl.engines.base import EngineError
 
-__all__ = ["health", "models_handler", "read_json_body"]
+__all__ = [
+    "alive",
+    "engine_problem",
+    "health_handler",
+    "models_handler",
+    "read_json_body",
+]
+
+logger = logging.getLogger(__name__)
 
 
-async def health(request: web.Request) -> web.Response:
-    """``GET /healthz``; also ``GET``/``HEAD`` ``/`` and ``/api/hello`` (Claude Code's probes)."""
+async def alive(request: web.Request) -> web.Response:
+    """``GET``/``HEAD`` ``/`` and ``/api/hello``: Claude Code's connectivity probes."""
     return web.json_response({"ok": True})
+
+
+async def engine_problem(engine: Any) -> str | None:
+    """Why ``engine`` cannot serve now (its ``health()`` check), or None when it can."""
+    check = getattr(engine, "health", None)
+    if check is None:
+        return None
+    try:
+        await check()
+    except EngineError as exc:
+        return str(exc)
+    except Exception as exc:  # a plugin engine's health() must not take /healthz down
+        logger.warning("engine health check failed unexpectedly", exc_info=True)
+        return f"the engine's health check failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def health_handler(get_engine: Callable[[], Any]):
+    """``GET /healthz``: 200 when the engine answers its health check, else 503 with the reason."""
+
+    async def healthz(request: web.Request) -> web.Response:
+        problem = await engine_problem(get_engine())
+        if problem is None:
+            return web.json_response({"ok": True, "engine": "ok"})
+        body = {
+            "ok": False,
+            "engine": "unavailable",
+            "error": {"type": "engine_unavailable", "message": problem},
+        }
+        return web.json_response(body, status=503)
+
+    return healthz
 
 
 def models_handler(model_name: str):
