@@ -6,6 +6,8 @@ import asyncio
 import json
 import re
 import socket
+import subprocess
+import sys
 
 import aiohttp
 import pytest
@@ -14,6 +16,7 @@ from click.testing import CliRunner
 from agentrl.cli import cli
 from agentrl.engines.sglang import SGLangEngine
 from agentrl.serve import run_server, serve
+from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)
 
@@ -205,3 +208,26 @@ async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenize
         warn=warnings.append,
     )
     assert warnings == []
+
+
+def test_serve_without_jinja2_fails_at_start_up_in_one_line(tmp_path, qwen_tokenizer_dir):
+    """No jinja2: `agentrl serve` stops before serving with one line saying to install it.
+
+    Without the check it would serve and answer every request with a 400.
+    """
+    command = [sys.executable, "-c", "from agentrl.cli import main; main()", "serve"]
+    args = ["--tokenizer", str(qwen_tokenizer_dir), "--engine-url", "http://127.0.0.1:9"]
+    result = subprocess.run(
+        [*command, *args, "--port", "0"],
+        env=env_without_module("jinja2", tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "jinja2" in lines[0] and "pip install -U jinja2" in lines[0]

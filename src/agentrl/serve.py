@@ -4,8 +4,9 @@ It opens one session per kind of client (Claude Code, Codex, OpenAI SDK), prints
 base URL and each session's token with the settings that client needs, serves until
 Ctrl-C / SIGTERM, then writes every recorded sample as JSON lines.
 
-Start-up fails with one line (exit 1) when the address is taken. An engine that does not
-answer its health check only draws a warning: SGLang often finishes loading after the middleware is up, so serving
+Start-up fails with one line (exit 1) when the chat template cannot be rendered (jinja2
+missing) or the address is taken. An engine that does not answer its health check only
+draws a warning: SGLang often finishes loading after the middleware is up, so serving
 starts anyway, turns get 502 and ``/healthz`` 503 until the engine answers.
 """
 
@@ -246,10 +247,12 @@ def serve(
     reward: float,
 ) -> None:
     """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
-    from agentrl.tokenizers import TokenizerError, load_tokenizer
+    from agentrl.tokenizers import ChatTemplateUnavailableError, TokenizerError, load_tokenizer
 
     try:
         tokenizer = load_tokenizer(tokenizer_path)
+    except ChatTemplateUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
     except TokenizerError as exc:
         raise click.UsageError(f"--tokenizer: {exc}") from None
     engine = build_engine(engine_name, engine_url, model)

@@ -41,6 +41,7 @@ from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
 from agentrl.rendering import IncrementalRenderer, RenderError, render_full
+from agentrl.tokenizers import check_chat_template_support
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent
 
@@ -85,6 +86,7 @@ class Middleware:
         incremental_render: bool = True,
         timings_kept: int = 100_000,
     ) -> None:
+        check_chat_template_support(tokenizer)
         self.engine = engine
         self.tokenizer = tokenizer
         self.tool_parser = _resolve_parser(tool_parser, plugins.get_tool_parser)
