@@ -4,7 +4,9 @@ Requests: ``POST /v1/messages?beta=true`` with ``system`` as text blocks (with
 ``cache_control``), ``role: "system"`` messages in the middle of the list, ``tool_use`` /
 ``tool_result`` blocks (string, list and ``is_error`` forms), thinking blocks with
 signatures, and fields that do not apply to a local policy (``thinking``,
-``context_management``, ``output_config``, ``metadata``), which are accepted and ignored.
+``context_management``, ``output_config`` — its ``format`` included: Claude Code's
+session-title request asks for a JSON schema, which is not enforced — and ``metadata``),
+which are accepted and ignored.
 Replies: thinking, text and tool_use blocks with ``stop_reason`` ``tool_use`` /
 ``end_turn`` / ``max_tokens``, as JSON or as the SSE sequence ``message_start`` …
 ``message_stop``.
@@ -45,6 +47,7 @@ _ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",

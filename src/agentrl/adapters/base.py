@@ -116,7 +116,10 @@ class Middleware:
     # -- server ------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.max_body_bytes,
+            middlewares=[probes.json_route_errors(self.adapters)],
+        )
         seen: dict[tuple[str, str], str] = {}
         for adapter in self.adapters:
             for method, path, kind in adapter.routes:
