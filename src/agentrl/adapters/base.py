@@ -435,7 +435,7 @@ class Middleware:
         )
         session.turns_recorded += 1
         if generation.output_ids and recorded is not None:
-            session.responses[turn_index] = recorded
+            session.record_response(turn_index, recorded)
         self.timings.append(
             TurnTiming(
                 session_id=session.sid,
