@@ -221,3 +221,24 @@ def all_adapters():
     from agentrl.adapters.openai_responses import OpenAIResponsesAdapter
 
     return [AnthropicAdapter(), OpenAIResponsesAdapter(), OpenAIChatAdapter()]
+
+
+def env_without_module(module: str, tmp_path: Path) -> dict[str, str]:
+    """Environment variables for a subprocess in which ``import <module>`` fails, as if absent.
+
+    A ``sitecustomize`` puts None in ``sys.modules[module]``: imports raise ImportError and
+    ``importlib.util.find_spec`` reports the module missing. The agentrl under test comes first
+    on the path.
+    """
+    import os
+
+    import agentrl
+
+    blocker = tmp_path / f"without_{module}"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text(
+        f"import sys\nsys.modules[{module!r}] = None  # as if it were not installed\n"
+    )
+    source = Path(agentrl.__file__).resolve().parents[1]
+    paths = [str(blocker), str(source), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}

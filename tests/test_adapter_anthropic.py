@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from agentrl.adapters.anthropic import AnthropicAdapter, _block_events, translate_assistant
+from agentrl.adapters.anthropic import (
+    AnthropicAdapter,
+    _block_events,
+    translate_assistant,
+    visible_blocks,
+)
 from agentrl.adapters.protocol import ProtocolError, ToolCall
 from middleware_support import FIXTURES, assistant_turn
 
@@ -200,3 +205,56 @@ def test_unknown_role_is_rejected_naming_the_field():
     with pytest.raises(ProtocolError) as info:
         ADAPTER.parse_request({"messages": [{"role": "tool", "content": "x"}]}, {})
     assert info.value.status == 400 and info.value.message.startswith("messages[0].role:")
+
+
+def _captured_body(scenario: str) -> dict:
+    return json.loads((FIXTURES / "claude_code" / scenario).read_text())["body"]
+
+
+@pytest.mark.parametrize(
+    ("thinking", "display"),
+    [
+        (None, "hidden"),
+        ({"type": "disabled"}, "hidden"),
+        ({"type": "enabled", "budget_tokens": 2048}, "full"),
+        ({"type": "adaptive", "display": "updates"}, "full"),  # what Claude Code sends
+        ({"type": "adaptive", "display": "omitted"}, "omitted"),
+    ],
+)
+def test_thinking_display_follows_the_request(thinking, display):
+    """Thinking blocks are shown only when the request enabled thinking; omitted keeps them empty."""
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    if thinking is not None:
+        body["thinking"] = thinking
+    assert ADAPTER.parse_request(body, {}).context["thinking"] == display
+
+
+def test_claude_code_gets_thinking_and_its_session_title_request_is_served():
+    """Claude Code's agent loop enables thinking; its title request (JSON schema) is accepted.
+
+    ``output_config.format`` is not enforced (decoding is never constrained); the title request
+    asks no thinking, so its reply is text only.
+    """
+    loop = ADAPTER.parse_request(_captured_body("001_post_v1_messages.json"), {})
+    assert loop.context["thinking"] == "full"
+    title_body = _captured_body("interactive_session_title/002_post_v1_messages.json")
+    assert title_body["output_config"]["format"]["type"] == "json_schema"
+    title = ADAPTER.parse_request(title_body, {})
+    assert title.context["thinking"] == "hidden"
+
+
+def test_hidden_thinking_leaves_the_text_first_and_the_recorded_message_whole():
+    """Hidden: the thinking block is dropped from the reply only; omitted: sent empty, signed."""
+    blocks, _ = ADAPTER.build_blocks(turn(reasoning="think", text="answer"))
+    assert visible_blocks(blocks, "hidden") == [{"type": "text", "text": "answer"}]
+    omitted = visible_blocks(blocks, "omitted")
+    assert omitted[0] == {"type": "thinking", "thinking": "", "signature": "sealed-thinking-3"}
+    assert visible_blocks(blocks, "full") == blocks
+    only_reasoning, _ = ADAPTER.build_blocks(turn(reasoning="cut off", finish_reason="length"))
+    assert visible_blocks(only_reasoning, "hidden") == [{"type": "text", "text": ""}]
+    _, ids = translate_assistant(omitted, "messages[1].content")
+    assert ids == ["sealed-thinking-3"]  # the signature still maps the replay to its turn
+    events = _block_events(0, omitted[0])
+    assert [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"] == [
+        "signature_delta"
+    ]

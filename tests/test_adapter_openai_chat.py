@@ -89,3 +89,20 @@ def test_more_than_one_choice_is_refused():
     with pytest.raises(ProtocolError) as info:
         ADAPTER.parse_request({"messages": [{"role": "user", "content": "x"}], "n": 2}, {})
     assert info.value.status == 400 and info.value.param == "n"
+
+
+def test_structured_output_and_logprobs_are_refused_plain_text_is_not():
+    """response_format json_object/json_schema and logprobs are 400s; type text and false pass."""
+    messages = [{"role": "user", "content": "x"}]
+    ADAPTER.parse_request(
+        {"messages": messages, "response_format": {"type": "text"}, "logprobs": False}, {}
+    )
+    for extra, param in [
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format"),
+        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 4}, "top_logprobs"),
+    ]:
+        with pytest.raises(ProtocolError) as info:
+            ADAPTER.parse_request({"messages": messages, **extra}, {})
+        assert info.value.status == 400 and info.value.param == param

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import json
 
+import pytest
+
 from agentrl.adapters.openai_responses import OpenAIResponsesAdapter, ToolTable, translate_input
-from agentrl.adapters.protocol import ToolCall
+from agentrl.adapters.protocol import ProtocolError, ToolCall
 from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIResponsesAdapter()
@@ -132,3 +134,24 @@ def test_every_captured_codex_responses_request_parses():
         chat = ADAPTER.parse_request(json.loads(path.read_text())["body"], {})
         assert chat.messages[0]["role"] == "system" and chat.stream is True
         assert all(isinstance(m["content"], str) for m in chat.messages)
+
+
+def test_stateless_and_unsupported_options_are_refused_but_their_defaults_pass():
+    """previous_response_id, structured output and log-probs are 400s; null / plain text pass.
+
+    What Codex sends (``store: false``, ``include: ["reasoning.encrypted_content"]``,
+    ``text: {"verbosity": ...}``, the full history) still parses: see the test above.
+    """
+    ADAPTER.parse_request(
+        {"input": "x", "previous_response_id": None, "text": {"format": {"type": "text"}}}, {}
+    )
+    for extra, param in [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"include": ["message.output_text.logprobs"]}, "include"),
+    ]:
+        with pytest.raises(ProtocolError) as info:
+            ADAPTER.parse_request({"input": "x", **extra}, {})
+        assert info.value.status == 400 and info.value.param == param

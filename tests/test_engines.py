@@ -192,6 +192,40 @@ def test_sglang_url_is_validated():
         SGLangEngine("localhost:30000")
 
 
+async def test_health_is_quiet_when_ready_and_names_the_problem_otherwise(client, scripted_engine):
+    """GET /health answers 200: ready; a 503 (SGLang still loading) is an EngineError saying so."""
+    await client.health()
+    assert [r.path for r in scripted_engine.requests] == ["/health"]
+    scripted_engine.health_status = 503
+    with pytest.raises(EngineError, match="HTTP 503") as info:
+        await client.health()
+    assert info.value.status == 503 and scripted_engine.url in str(info.value)
+    assert scripted_engine.generate_requests == []
+
+
+async def test_health_can_ask_health_generate(scripted_engine):
+    """health_path="/health_generate" asks SGLang's deeper check (a one-token generation)."""
+    engine = SGLangEngine(scripted_engine.url, health_path="/health_generate")
+    try:
+        await engine.health()
+    finally:
+        await engine.aclose()
+    assert [r.path for r in scripted_engine.requests] == ["/health_generate"]
+
+
+async def test_health_of_an_unreachable_server_is_engine_error():
+    """Nothing listening at the URL: health() raises EngineError naming the URL, promptly."""
+    async with scripted_engine() as engine:
+        url = engine.url
+    client = SGLangEngine(url, health_timeout=5.0)
+    try:
+        with pytest.raises(EngineError, match="unreachable") as info:
+            await asyncio.wait_for(client.health(), 10)
+        assert url in str(info.value)
+    finally:
+        await client.aclose()
+
+
 # -- scripted engine --------------------------------------------------------------
 
 
@@ -411,6 +445,32 @@ async def test_transformers_engine_cancellation_frees_the_worker(hf_engine):
         await task
     gen = await asyncio.wait_for(hf_engine.generate([1], {"max_new_tokens": 2}), 30)
     assert len(gen.output_ids) <= 2
+
+
+async def test_transformers_engine_is_healthy_until_closed(tiny_model_dir):
+    """The in-process engine is ready once built (the model loads on first use) until aclose()."""
+    from agentrl.engines.transformers import TransformersEngine
+
+    engine = TransformersEngine(tiny_model_dir)
+    await engine.health()
+    await engine.aclose()
+    with pytest.raises(EngineError, match="closed"):
+        await engine.health()
+
+
+async def test_transformers_engine_that_failed_to_load_is_unhealthy(tmp_path):
+    """A directory whose model cannot load makes health() report the load error."""
+    from agentrl.engines.transformers import TransformersEngine
+
+    (tmp_path / "config.json").write_text("{}")
+    engine = TransformersEngine(tmp_path)
+    try:
+        with pytest.raises(EngineError, match="could not load"):
+            await engine.generate([1], {"max_new_tokens": 1})
+        with pytest.raises(EngineError, match="could not load"):
+            await engine.health()
+    finally:
+        await engine.aclose()
 
 
 def test_transformers_engine_requires_a_local_directory(tmp_path):

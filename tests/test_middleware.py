@@ -345,7 +345,7 @@ async def test_minted_ids_name_their_turn_and_replays_are_linked(middleware, scr
         '<think>\nplan\n</think>\n\nRunning.\n<tool_call>\n{"name": "Bash", "arguments": '
         '{"command": "ls"}}\n</tool_call>'
     )
-    body = {**HELLO, "tools": tools, "stream": True}
+    body = {**HELLO, "tools": tools, "stream": True, "thinking": {"type": "adaptive"}}
     status, text = await post(http, middleware, "/v1/messages", body, bearer(token))
     assert status == 200
     reply = anthropic_message(parse_sse(text))

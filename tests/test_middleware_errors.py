@@ -235,3 +235,101 @@ def test_an_adapter_route_of_unknown_kind_is_refused_at_construction(qwen_tokeni
 
     with pytest.raises(ValueError, match="'misrouted': route kind must be one of"):
         Middleware(engine=None, tokenizer=qwen_tokenizer, adapters=[Misrouted()])
+
+
+async def test_healthz_reflects_the_engine(middleware, scripted_engine, http):
+    """/healthz is 200 while the engine answers its health check and 503 with the reason after."""
+    async with http.get(middleware.url + "/healthz") as response:
+        assert response.status == 200 and (await response.json())["ok"] is True
+    assert [r.path for r in scripted_engine.requests] == ["/health"]
+    scripted_engine.health_status = 503
+    async with http.get(middleware.url + "/healthz") as response:
+        assert response.status == 503
+        body = await response.json()
+    assert body["ok"] is False and body["error"]["type"] == "engine_unavailable"
+    assert "HTTP 503" in body["error"]["message"]
+    for path in ("/", "/api/hello"):  # connectivity probes: the middleware itself is up
+        async with http.head(middleware.url + path) as response:
+            assert response.status == 200
+
+
+async def test_healthz_of_an_unreachable_engine_is_503(qwen_tokenizer, http):
+    """With nothing listening at the engine URL, /healthz says 503 and names the URL."""
+    engine = SGLangEngine("http://127.0.0.1:9")
+    mw = Middleware(engine=engine, tokenizer=qwen_tokenizer, adapters=[AnthropicAdapter()])
+    await mw.start()
+    try:
+        async with http.get(mw.url + "/healthz") as response:
+            assert response.status == 503
+            body = await response.json()
+        assert "unreachable" in body["error"]["message"]
+        assert "http://127.0.0.1:9" in body["error"]["message"]
+    finally:
+        await mw.close()
+        await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "protocol"),
+    [
+        ("POST", "/v1/messages/batches", 404, "anthropic"),
+        ("GET", "/v1/messages", 405, "anthropic"),
+        ("POST", "/v1/responses/resp_1/cancel", 404, "openai_responses"),
+        ("GET", "/v1/responses", 405, "openai_responses"),
+        ("POST", "/v1/chat/other", 404, "openai_chat"),
+        ("GET", "/v1/chat/completions", 405, "openai_chat"),
+        ("POST", "/v1/embeddings", 404, "openai_chat"),  # no owner: the OpenAI shape
+        ("GET", "/nowhere", 404, "openai_chat"),
+    ],
+)
+async def test_unknown_routes_and_methods_answer_json(
+    middleware, http, method, path, status, protocol
+):
+    """A path nobody serves is a JSON 404 (a wrong method a 405) in its protocol's error shape."""
+    async with http.request(method, middleware.url + path, json={}) as response:
+        assert response.status == status
+        assert response.headers["Content-Type"].startswith("application/json")
+        message = error_message(protocol, await response.json())
+    assert f"{method} {path}" in message
+    if status == 405:
+        assert response.headers["Allow"] == "POST" and "use POST" in message
+    else:
+        assert "POST /v1/messages" in message  # says what is served
+
+
+@pytest.mark.parametrize(
+    ("protocol", "extra", "field", "says"),
+    [
+        (
+            "openai_responses",
+            {"previous_response_id": "resp_1"},
+            "previous_response_id",
+            "full history",
+        ),
+        ("openai_responses", {"conversation": "conv_1"}, "conversation", "stateless"),
+        (
+            "openai_responses",
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+            "text.format",
+            "structured output",
+        ),
+        ("openai_responses", {"top_logprobs": 5}, "top_logprobs", "log-probs"),
+        ("openai_responses", {"include": ["message.output_text.logprobs"]}, "include", "log-probs"),
+        (
+            "openai_chat",
+            {"response_format": {"type": "json_object"}},
+            "response_format",
+            "structured",
+        ),
+        ("openai_chat", {"logprobs": True, "top_logprobs": 2}, "logprobs", "log-probs"),
+    ],
+)
+async def test_unsupported_options_are_400_not_ignored(
+    protocol, extra, field, says, middleware, scripted_engine, http
+):
+    """Server-side state, structured output and log-probs are refused clearly, before the engine."""
+    token = middleware.open_session("s")
+    body = {**ROUTES[protocol][1], **extra}
+    message = await send(http, middleware, protocol, body=body, token=token, status=400)
+    assert message.startswith(f"{field}:") and says in message, message
+    assert scripted_engine.generate_requests == []

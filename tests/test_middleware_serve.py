@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
+import subprocess
+import sys
 
+import aiohttp
 import pytest
 from click.testing import CliRunner
 
 from agentrl.cli import cli
+from agentrl.engines.sglang import SGLangEngine
 from agentrl.serve import run_server, serve
+from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)
 
@@ -110,3 +116,118 @@ def test_serve_reports_a_missing_tokenizer_directory(tmp_path):
     result = CliRunner().invoke(serve, ["--tokenizer", str(tmp_path / "nope")])
     assert result.exit_code == 2, result.output
     assert "is not a directory" in result.output
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(qwen_tokenizer_dir):
+    """A taken --port is a one-line error naming host:port and --port, not an OSError traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            serve,
+            [
+                "--tokenizer",
+                str(qwen_tokenizer_dir),
+                "--engine-url",
+                "http://127.0.0.1:9",
+                "--port",
+                str(port),
+            ],
+        )
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert f"127.0.0.1:{port}" in lines[0] and "--port" in lines[0]
+
+
+async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path, qwen_tokenizer):
+    """An engine URL nobody answers draws one warning naming it; serving goes on (503 healthz)."""
+    stop = asyncio.Event()
+    warnings: list[str] = []
+    lines: list[str] = []
+    serving = asyncio.Event()
+
+    def announce(line: str) -> None:
+        lines.append(line)
+        if line.lstrip().startswith("Serving"):
+            serving.set()
+
+    engine = SGLangEngine("http://127.0.0.1:9")
+    server = asyncio.create_task(
+        run_server(
+            engine=engine,
+            tokenizer=qwen_tokenizer,
+            host="127.0.0.1",
+            port=0,
+            unix_path=None,
+            tool_parser=None,
+            reasoning_parser=None,
+            session_options={},
+            output=tmp_path / "trajectory.jsonl",
+            reward=0.0,
+            stop=stop,
+            announce=announce,
+            warn=warnings.append,
+        )
+    )
+    await asyncio.wait_for(serving.wait(), 30)
+    assert len(warnings) == 1
+    assert "http://127.0.0.1:9" in warnings[0] and "does not answer" in warnings[0]
+    url = re.search(r"agentrl middleware at (\S+)", "\n".join(lines)).group(1)
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        async with http.get(url + "/healthz") as response:
+            assert response.status == 503
+    stop.set()
+    assert await asyncio.wait_for(server, 30) == 0
+
+
+async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenizer, sglang_client):
+    """The start-up check is silent when the engine answers /health."""
+    stop = asyncio.Event()
+    warnings: list[str] = []
+
+    def announce(line: str) -> None:
+        if line.lstrip().startswith("Serving"):
+            stop.set()
+
+    await run_server(
+        engine=sglang_client,
+        tokenizer=qwen_tokenizer,
+        host="127.0.0.1",
+        port=0,
+        unix_path=None,
+        tool_parser=None,
+        reasoning_parser=None,
+        session_options={},
+        output=tmp_path / "trajectory.jsonl",
+        reward=0.0,
+        stop=stop,
+        announce=announce,
+        warn=warnings.append,
+    )
+    assert warnings == []
+
+
+def test_serve_without_jinja2_fails_at_start_up_in_one_line(tmp_path, qwen_tokenizer_dir):
+    """No jinja2: `agentrl serve` stops before serving with one line saying to install it.
+
+    Without the check it would serve and answer every request with a 400.
+    """
+    command = [sys.executable, "-c", "from agentrl.cli import main; main()", "serve"]
+    args = ["--tokenizer", str(qwen_tokenizer_dir), "--engine-url", "http://127.0.0.1:9"]
+    result = subprocess.run(
+        [*command, *args, "--port", "0"],
+        env=env_without_module("jinja2", tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "jinja2" in lines[0] and "pip install -U jinja2" in lines[0]

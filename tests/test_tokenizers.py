@@ -135,3 +135,62 @@ def test_load_tokenizer_errors_say_what_to_do(tmp_path):
         load_tokenizer(tmp_path / "missing")
     with pytest.raises(TokenizerError, match=r"tokenizer\.json"):
         load_tokenizer(tmp_path)
+
+
+PROBE_WITHOUT_JINJA2 = """
+import json, sys
+from transformers import PreTrainedTokenizerFast
+from agentrl.adapters.base import Middleware
+from agentrl.tokenizers import ChatTemplateUnavailableError, load_tokenizer
+
+errors = {}
+try:
+    load_tokenizer(sys.argv[1])
+except ChatTemplateUnavailableError as exc:
+    errors["load_tokenizer"] = str(exc)
+tokenizer = PreTrainedTokenizerFast.from_pretrained(sys.argv[1], local_files_only=True)
+try:
+    Middleware(engine=None, tokenizer=tokenizer)
+except ChatTemplateUnavailableError as exc:
+    errors["Middleware"] = str(exc)
+print(json.dumps(errors))
+"""
+
+
+def test_missing_jinja2_fails_when_the_tokenizer_is_loaded(tmp_path, qwen_tokenizer_dir):
+    """Without jinja2, load_tokenizer and Middleware(...) refuse up front, saying what to install.
+
+    Rendering would otherwise fail on every request (a 400 each time) while start-up looked fine.
+    """
+    import json
+    import subprocess
+    import sys
+
+    from middleware_support import env_without_module
+
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE_WITHOUT_JINJA2, str(qwen_tokenizer_dir)],
+        env=env_without_module("jinja2", tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(errors) == ["Middleware", "load_tokenizer"]
+    for message in errors.values():
+        assert "jinja2" in message and "not installed" in message
+        assert "pip install -U jinja2" in message
+
+
+def test_a_template_that_refuses_one_message_still_loads(qwen_tokenizer_dir):
+    """The start-up probe only catches a missing jinja2; other template errors wait for requests."""
+    from transformers import PreTrainedTokenizerFast
+
+    from agentrl.tokenizers import check_chat_template_support
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(
+        str(qwen_tokenizer_dir), local_files_only=True
+    )
+    tokenizer.chat_template = "{{ raise_exception('needs a system message') }}"
+    check_chat_template_support(tokenizer)

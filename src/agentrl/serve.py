@@ -3,6 +3,11 @@
 It opens one session per kind of client (Claude Code, Codex, OpenAI SDK), prints the
 base URL and each session's token with the settings that client needs, serves until
 Ctrl-C / SIGTERM, then writes every recorded sample as JSON lines.
+
+Start-up fails with one line (exit 1) when the chat template cannot be rendered (jinja2
+missing) or the address is taken. An engine that does not answer its health check only
+draws a warning: SGLang often finishes loading after the middleware is up, so serving
+starts anyway, turns get 502 and ``/healthz`` 503 until the engine answers.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -89,10 +95,21 @@ async def run_server(
     reward: float,
     stop: asyncio.Event | None = None,
     announce: Any = click.echo,
+    warn: Any = None,
 ) -> int:
-    """Serve until ``stop`` is set (or a signal arrives); write samples; return their count."""
+    """Serve until ``stop`` is set (or a signal arrives); write samples; return their count.
+
+    Raises ``click.ClickException`` when the address cannot be bound; ``warn`` (default:
+    stderr) gets one line when the engine does not answer its health check.
+    """
     from agentrl.adapters.base import Middleware
+    from agentrl.adapters.probes import engine_problem
     from agentrl.trajectory import TrajectoryManager
+
+    if warn is None:
+
+        def warn(line: str) -> None:
+            click.secho(line, err=True, fg="yellow")
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -106,9 +123,27 @@ async def run_server(
         reasoning_parser=reasoning_parser,
         trajectory=TrajectoryManager(),
     )
-    await middleware.start(host=host, port=port, unix_path=unix_path)
+    try:
+        await middleware.start(host=host, port=port, unix_path=unix_path)
+    except OSError as exc:
+        with contextlib.suppress(Exception):
+            await engine.aclose()
+        where = f"{host}:{port}" if host is not None else f"unix:{unix_path}"
+        if unix_path is not None and host is not None:
+            where += f" or unix:{unix_path}"
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise click.ClickException(
+            f"cannot listen on {where}: {reason}; choose another --port (or --host / "
+            "--unix-socket), or stop what is using it"
+        ) from None
     tokens = {sid: middleware.open_session(sid, **session_options) for sid, _ in CLIENT_SESSIONS}
     announce(client_instructions(middleware.url or f"unix:{unix_path}", tokens))
+    problem = await engine_problem(engine)
+    if problem is not None:
+        warn(
+            f"warning: the engine does not answer ({problem}); serving anyway: turns get "
+            "HTTP 502 and /healthz 503 until it does"
+        )
     announce("\nServing; press Ctrl-C to stop and write the trajectory.")
     count = 0
     try:
@@ -212,10 +247,12 @@ def serve(
     reward: float,
 ) -> None:
     """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
-    from agentrl.tokenizers import TokenizerError, load_tokenizer
+    from agentrl.tokenizers import ChatTemplateUnavailableError, TokenizerError, load_tokenizer
 
     try:
         tokenizer = load_tokenizer(tokenizer_path)
+    except ChatTemplateUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
     except TokenizerError as exc:
         raise click.UsageError(f"--tokenizer: {exc}") from None
     engine = build_engine(engine_name, engine_url, model)

@@ -4,6 +4,10 @@ Public API::
 
     load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase
         A tokenizer (with its chat template) from a local directory; never touches the hub.
+    check_chat_template_support(tokenizer) -> None
+        Raise ChatTemplateUnavailableError (a TokenizerError) when chat templates cannot be
+        rendered here at all (jinja2 missing or too old); load_tokenizer and the middleware
+        call it, so that is a start-up error rather than a failure of every request.
     build_qwen_tokenizer(*, chat_template: str | None = None,
                          cache_dir: str | os.PathLike | None = None) -> PreTrainedTokenizerFast
         Qwen2.5/Qwen3's byte-level BPE (151,643 ranks from ``qwen.tiktoken``) plus Qwen3's
@@ -22,7 +26,9 @@ into two tokens of lower rank), which reproduces tiktoken's encoding exactly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -36,8 +42,10 @@ if TYPE_CHECKING:
 __all__ = [
     "QWEN3_ADDED_TOKENS",
     "QWEN3_CHAT_TEMPLATE",
+    "ChatTemplateUnavailableError",
     "TokenizerError",
     "build_qwen_tokenizer",
+    "check_chat_template_support",
     "default_cache_dir",
     "load_tokenizer",
     "qwen_tokenizer_dir",
@@ -188,6 +196,37 @@ class TokenizerError(RuntimeError):
     """A tokenizer could not be loaded or built."""
 
 
+class ChatTemplateUnavailableError(TokenizerError):
+    """Chat templates cannot be rendered in this environment: jinja2 is missing or too old."""
+
+
+def check_chat_template_support(tokenizer: object) -> None:
+    """Render a one-message conversation once; raise when chat templates cannot render here.
+
+    transformers renders chat templates with jinja2, which it does not install, and raises
+    ImportError on every render without it (or with one too old). Any other failure is left
+    to the real conversations: a template may well refuse a lone user message.
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        return
+    apply = getattr(tokenizer, "apply_chat_template", None)
+    if apply is None:
+        return
+    try:
+        apply([{"role": "user", "content": "ping"}], add_generation_prompt=True, tokenize=False)
+    except ImportError as exc:
+        problem = f"the installed one is not usable ({exc})"
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec("jinja2") is None:
+                problem = "it is not installed"
+        raise ChatTemplateUnavailableError(
+            f"rendering the chat template needs jinja2 and {problem}; install it with: "
+            "pip install -U jinja2"
+        ) from None
+    except Exception as exc:
+        logger.debug("chat template probe render failed (left to real requests): %r", exc)
+
+
 def default_cache_dir() -> Path:
     """``$AGENTRL_CACHE_DIR``, else ``~/.cache/agentrl``."""
     env = os.environ.get("AGENTRL_CACHE_DIR")
@@ -220,6 +259,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
         logger.warning(
             "tokenizer at %s has no chat template; rendering chat prompts will fail", directory
         )
+    check_chat_template_support(tokenizer)
     return tokenizer
 
 

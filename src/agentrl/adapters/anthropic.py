@@ -3,11 +3,15 @@
 Requests: ``POST /v1/messages?beta=true`` with ``system`` as text blocks (with
 ``cache_control``), ``role: "system"`` messages in the middle of the list, ``tool_use`` /
 ``tool_result`` blocks (string, list and ``is_error`` forms), thinking blocks with
-signatures, and fields that do not apply to a local policy (``thinking``,
-``context_management``, ``output_config``, ``metadata``), which are accepted and ignored.
+signatures, and fields that do not apply to a local policy (``context_management``,
+``output_config`` — its ``format`` included: Claude Code's session-title request asks for a
+JSON schema, which is not enforced — and ``metadata``), which are accepted and ignored.
 Replies: thinking, text and tool_use blocks with ``stop_reason`` ``tool_use`` /
 ``end_turn`` / ``max_tokens``, as JSON or as the SSE sequence ``message_start`` …
-``message_stop``.
+``message_stop``. Thinking blocks reach only a client that enabled thinking (``thinking``
+with a ``type`` other than ``disabled``: ``enabled``, ``adaptive``, …; ``display:
+"omitted"`` sends them empty, signature kept); the recorded assistant message always keeps
+the reasoning the policy sampled.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ _ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",
@@ -185,8 +190,14 @@ class AnthropicAdapter(Adapter):
         if not messages:
             raise ProtocolError(400, "messages: expected at least one message", param="messages")
         stream = expect_type(body.get("stream"), bool, "stream")
-        for key in ("thinking", "metadata", "context_management", "output_config"):
+        for key in ("metadata", "context_management", "output_config"):
             expect_type(body.get(key), dict, key)
+        thinking = expect_type(body.get("thinking"), dict, "thinking") or {}
+        # Any thinking mode but "disabled" (enabled, adaptive, between_tools) shows thinking.
+        if thinking.get("type") in (None, "disabled"):
+            display = "hidden"
+        else:
+            display = "omitted" if thinking.get("display") == "omitted" else "full"
         return ChatRequest(
             messages=messages,
             tools=translate_tools(body.get("tools")),
@@ -195,6 +206,7 @@ class AnthropicAdapter(Adapter):
             max_tokens=int_field(body, "max_tokens"),
             **sampling_hints(body, stop_key="stop_sequences"),
             replayed_ids=replayed,
+            context={"thinking": display},
         )
 
     def error_body(self, error: ProtocolError) -> dict[str, Any]:
@@ -239,7 +251,10 @@ class AnthropicAdapter(Adapter):
         self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
     ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
         blocks, stop_reason = self.build_blocks(turn)
+        # Recorded with its reasoning whatever the client sees: that is what was sampled,
+        # and a replay without the thinking block is restored to it by its other wire ids.
         recorded, _ = translate_assistant(blocks, "reply")
+        blocks = visible_blocks(blocks, chat.context.get("thinking", "full"))
         usage = {
             "input_tokens": turn.prompt_tokens,
             "output_tokens": turn.output_tokens,
@@ -275,14 +290,24 @@ class AnthropicAdapter(Adapter):
         return response, recorded
 
 
+def visible_blocks(blocks: list[dict[str, Any]], display: str) -> list[dict[str, Any]]:
+    """The reply's blocks as the client asked to see thinking: ``full``, ``omitted``, ``hidden``."""
+    if display == "full":
+        return blocks
+    if display == "omitted":
+        return [{**b, "thinking": ""} if b["type"] == "thinking" else b for b in blocks]
+    shown = [b for b in blocks if b["type"] != "thinking"]
+    return shown or [{"type": "text", "text": ""}]
+
+
 def _block_events(index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
     kind = block["type"]
     if kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [
-            {"type": "thinking_delta", "thinking": block["thinking"]},
-            {"type": "signature_delta", "signature": block["signature"]},
-        ]
+        deltas = (
+            [{"type": "thinking_delta", "thinking": block["thinking"]}] if block["thinking"] else []
+        )
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
     elif kind == "text":
         start = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": block["text"]}] if block["text"] else []

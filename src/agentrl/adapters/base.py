@@ -41,6 +41,7 @@ from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
 from agentrl.rendering import IncrementalRenderer, RenderError, render_full
+from agentrl.tokenizers import check_chat_template_support
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent
 
@@ -85,6 +86,7 @@ class Middleware:
         incremental_render: bool = True,
         timings_kept: int = 100_000,
     ) -> None:
+        check_chat_template_support(tokenizer)
         self.engine = engine
         self.tokenizer = tokenizer
         self.tool_parser = _resolve_parser(tool_parser, plugins.get_tool_parser)
@@ -114,7 +116,10 @@ class Middleware:
     # -- server ------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.max_body_bytes,
+            middlewares=[probes.json_route_errors(self.adapters)],
+        )
         seen: dict[tuple[str, str], str] = {}
         for adapter in self.adapters:
             for method, path, kind in adapter.routes:
@@ -125,31 +130,41 @@ class Middleware:
                     )
                 seen[(method, path)] = adapter.name
                 app.router.add_route(method, path, self._handler(adapter, kind))
-        for path in ("/", "/api/hello", "/healthz"):
-            app.router.add_get(path, probes.health)
+        for path in ("/", "/api/hello"):
+            app.router.add_get(path, probes.alive)
+        app.router.add_get("/healthz", probes.health_handler(lambda: self.engine))
         app.router.add_get("/v1/models", probes.models_handler(self.model_name))
         return app
 
     async def start(
         self, host: str | None = "127.0.0.1", port: int = 0, unix_path: str | None = None
     ) -> str:
-        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket."""
+        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket.
+
+        A port already in use (or any other bind failure) raises the ``OSError``, with
+        nothing left listening.
+        """
         if self._runner is not None:
             raise RuntimeError("the middleware is already started; call close() first")
-        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        self._runner = runner
-        if host is not None:
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-            bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
-            shown = f"[{host}]" if ":" in host else host
-            self.url = f"http://{shown}:{bound[1]}"
-        if unix_path is not None:
-            await web.UnixSite(runner, unix_path).start()
-            self.unix_path = unix_path
         if host is None and unix_path is None:
             raise ValueError("start() needs a host, a unix_path or both")
+        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        try:
+            if host is not None:
+                site = web.TCPSite(runner, host, port)
+                await site.start()
+                bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+                shown = f"[{host}]" if ":" in host else host
+                self.url = f"http://{shown}:{bound[1]}"
+            if unix_path is not None:
+                await web.UnixSite(runner, unix_path).start()
+                self.unix_path = unix_path
+        except BaseException:
+            await runner.cleanup()
+            self.url = None
+            raise
+        self._runner = runner
         logger.info("middleware listening on %s", self.url or self.unix_path)
         return self.url or f"unix:{unix_path}"
 
@@ -420,7 +435,7 @@ class Middleware:
         )
         session.turns_recorded += 1
         if generation.output_ids and recorded is not None:
-            session.responses[turn_index] = recorded
+            session.record_response(turn_index, recorded)
         self.timings.append(
             TurnTiming(
                 session_id=session.sid,

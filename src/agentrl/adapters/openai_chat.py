@@ -4,7 +4,9 @@ Requests: ``messages`` (``system``, ``developer``, ``user``, ``assistant`` with
 ``tool_calls`` whose ``arguments`` are JSON strings, ``tool``), ``tools`` (including
 Codex 0.94's shape with ``name`` beside ``function``). Replies: one choice with
 ``content``, ``reasoning_content`` and ``tool_calls``, as JSON or as
-``chat.completion.chunk`` events ending in ``data: [DONE]``.
+``chat.completion.chunk`` events ending in ``data: [DONE]``. Structured output
+(``response_format`` other than ``text``) and log-probs (``logprobs: true``,
+``top_logprobs``) are refused with a 400.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from agentrl.adapters.protocol import (
     function_tool,
     int_field,
     parse_arguments,
+    refuse_logprobs,
+    refuse_structured_output,
     sampling_hints,
     send_sse,
     sse_event,
@@ -146,6 +150,13 @@ class OpenAIChatAdapter(Adapter):
         n = int_field(body, "n")
         if n not in (None, 1):
             raise ProtocolError(400, f"n: only n=1 is supported, got {n}", param="n")
+        fmt = expect_type(body.get("response_format"), dict, "response_format") or {}
+        if fmt.get("type", "text") != "text":
+            raise refuse_structured_output("response_format", fmt.get("type"))
+        if expect_type(body.get("logprobs"), bool, "logprobs"):
+            raise refuse_logprobs("logprobs")
+        if int_field(body, "top_logprobs"):
+            raise refuse_logprobs("top_logprobs")
         return ChatRequest(
             messages=messages,
             tools=translate_tools(body.get("tools")),

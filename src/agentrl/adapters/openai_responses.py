@@ -4,7 +4,10 @@ Requests: ``input`` items — messages (``developer``, ``system``, ``user``, ``a
 ``reasoning`` (with ``encrypted_content``), ``function_call`` / ``function_call_output``,
 ``custom_tool_call`` / ``custom_tool_call_output``, and ``additional_tools`` (Codex's
 "code mode" moves its tools into the input) — plus ``tools`` (function, custom freeform,
-namespaces), ``parallel_tool_calls`` and ``store: false``. A freeform (custom) tool is
+namespaces), ``parallel_tool_calls`` and ``store: false``. The adapter is stateless:
+``previous_response_id`` and ``conversation`` are refused (400), as are structured output
+(``text.format`` other than ``text``) and log-probs (``top_logprobs``, ``include`` of
+``message.output_text.logprobs``); ``text.verbosity`` is ignored. A freeform (custom) tool is
 shown to the model as a function with one string parameter, ``input``; a namespaced
 function keeps its plain name unless two namespaces share it.
 
@@ -35,6 +38,8 @@ from agentrl.adapters.protocol import (
     function_tool,
     int_field,
     parse_arguments,
+    refuse_logprobs,
+    refuse_structured_output,
     sampling_hints,
     send_sse,
     sse_event,
@@ -46,6 +51,9 @@ __all__ = ["OpenAIResponsesAdapter"]
 logger = logging.getLogger(__name__)
 
 CUSTOM_INPUT = "input"
+#: Responses fields that point at server-side state agentrl does not keep.
+_STATEFUL_FIELDS = ("previous_response_id", "conversation")
+_LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call")
 
 
@@ -206,6 +214,28 @@ def translate_input(
     return fold_system_messages_with_ids(messages, replayed)
 
 
+def refuse_unsupported(body: Mapping[str, Any]) -> None:
+    """400 for what a stateless, unconstrained middleware cannot honour (nothing Codex sends)."""
+    for key in _STATEFUL_FIELDS:
+        if body.get(key) is not None:
+            raise ProtocolError(
+                400,
+                f"{key}: agentrl keeps no responses or conversations (it is stateless, as with "
+                "store: false); send the full history in input on every request instead",
+                param=key,
+            )
+    text = expect_type(body.get("text"), dict, "text") or {}
+    fmt = expect_type(text.get("format"), dict, "text.format") or {}
+    if fmt.get("type", "text") != "text":
+        raise refuse_structured_output("text.format", fmt.get("type"))
+    top = int_field(body, "top_logprobs")
+    if top:
+        raise refuse_logprobs("top_logprobs")
+    include = expect_type(body.get("include"), list, "include") or []
+    if _LOGPROBS_INCLUDE in include:
+        raise refuse_logprobs("include")
+
+
 class OpenAIResponsesAdapter(Adapter):
     """OpenAI Responses (``/v1/responses``)."""
 
@@ -214,12 +244,13 @@ class OpenAIResponsesAdapter(Adapter):
 
     def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
         expect_type(body, dict, "body", optional=False)
+        refuse_unsupported(body)
         tools = ToolTable()
         tools.add_all(body.get("tools"), "tools")
         messages, replayed = translate_input(body.get("input"), body.get("instructions"), tools)
         if not messages:
             raise ProtocolError(400, "input: expected at least one item", param="input")
-        for key in ("reasoning", "text", "client_metadata", "metadata"):
+        for key in ("reasoning", "client_metadata", "metadata"):
             expect_type(body.get(key), dict, key)
         expect_type(body.get("parallel_tool_calls"), bool, "parallel_tool_calls")
         expect_type(body.get("store"), bool, "store")

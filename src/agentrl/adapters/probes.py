@@ -1,20 +1,64 @@
-"""Routes every client may hit besides its protocol's: probes, model list, body reading."""
+"""Routes every client may hit besides its protocol's: probes, model list, unknown routes."""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from agentrl.adapters.protocol import ProtocolError
+from agentrl.adapters.protocol import Adapter, ProtocolError, generic_error_body
+from agentrl.engines.base import EngineError
 
-__all__ = ["health", "models_handler", "read_json_body"]
+__all__ = [
+    "alive",
+    "engine_problem",
+    "health_handler",
+    "json_route_errors",
+    "models_handler",
+    "read_json_body",
+]
+
+logger = logging.getLogger(__name__)
 
 
-async def health(request: web.Request) -> web.Response:
-    """``GET /healthz``; also ``GET``/``HEAD`` ``/`` and ``/api/hello`` (Claude Code's probes)."""
+async def alive(request: web.Request) -> web.Response:
+    """``GET``/``HEAD`` ``/`` and ``/api/hello``: Claude Code's connectivity probes."""
     return web.json_response({"ok": True})
+
+
+async def engine_problem(engine: Any) -> str | None:
+    """Why ``engine`` cannot serve now (its ``health()`` check), or None when it can."""
+    check = getattr(engine, "health", None)
+    if check is None:
+        return None
+    try:
+        await check()
+    except EngineError as exc:
+        return str(exc)
+    except Exception as exc:  # a plugin engine's health() must not take /healthz down
+        logger.warning("engine health check failed unexpectedly", exc_info=True)
+        return f"the engine's health check failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def health_handler(get_engine: Callable[[], Any]):
+    """``GET /healthz``: 200 when the engine answers its health check, else 503 with the reason."""
+
+    async def healthz(request: web.Request) -> web.Response:
+        problem = await engine_problem(get_engine())
+        if problem is None:
+            return web.json_response({"ok": True, "engine": "ok"})
+        body = {
+            "ok": False,
+            "engine": "unavailable",
+            "error": {"type": "engine_unavailable", "message": problem},
+        }
+        return web.json_response(body, status=503)
+
+    return healthz
 
 
 def models_handler(model_name: str):
@@ -56,3 +100,46 @@ async def read_json_body(request: web.Request, limit: int) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _owner(adapters: Sequence[Adapter], path: str) -> Adapter | None:
+    """The adapter with the longest route that ``path`` equals or lies under, if any."""
+    best, best_len = None, 0
+    for adapter in adapters:
+        for _, route, _ in adapter.routes:
+            under = path == route or path.startswith(route.rstrip("/") + "/")
+            if under and len(route) > best_len:
+                best, best_len = adapter, len(route)
+    return best
+
+
+def json_route_errors(adapters: Sequence[Adapter]):
+    """An aiohttp middleware answering unknown routes (404) and wrong methods (405) in JSON.
+
+    A path under an adapter's route (``/v1/messages/batches``) gets that protocol's error
+    shape; any other path the OpenAI shape, ``{"error": {"message", "type", ...}}``.
+    """
+    served = sorted({f"{method} {path}" for a in adapters for method, path, _ in a.routes})
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPMethodNotAllowed as exc:
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            error = ProtocolError(
+                405, f"{request.method} {request.path} is not allowed; use {allowed}"
+            )
+            headers = {"Allow": ",".join(sorted(exc.allowed_methods))}
+        except web.HTTPNotFound:
+            error = ProtocolError(
+                404,
+                f"agentrl has no route {request.method} {request.path}; it serves "
+                f"{', '.join(served)}, GET /v1/models and GET /healthz",
+            )
+            headers = {}
+        owner = _owner(adapters, request.path)
+        body = owner.error_body(error) if owner is not None else generic_error_body(error)
+        return web.json_response(body, status=error.status, headers=headers)
+
+    return middleware

@@ -30,6 +30,9 @@ __all__ = [
     "expect_type",
     "fold_system_messages",
     "fold_system_messages_with_ids",
+    "generic_error_body",
+    "refuse_logprobs",
+    "refuse_structured_output",
     "sampling_hints",
     "send_sse",
     "sse_event",
@@ -46,6 +49,7 @@ OPENAI_ERROR_TYPES = {
     401: "invalid_api_key",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_exceeded",
@@ -68,6 +72,12 @@ class ProtocolError(Exception):
         self.message = message
         self.kind = kind
         self.param = param
+
+
+def generic_error_body(error: ProtocolError) -> dict[str, Any]:
+    """OpenAI's JSON error object, the shape for anything not owned by another protocol."""
+    kind = error.kind or OPENAI_ERROR_TYPES.get(error.status, "server_error")
+    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": None}}
 
 
 @attrs.frozen(kw_only=True)
@@ -141,10 +151,7 @@ class Adapter:
 
     def error_body(self, error: ProtocolError) -> dict[str, Any]:
         """The protocol's JSON error object (OpenAI's shape unless overridden)."""
-        kind = error.kind or OPENAI_ERROR_TYPES.get(error.status, "server_error")
-        return {
-            "error": {"message": error.message, "type": kind, "param": error.param, "code": None}
-        }
+        return generic_error_body(error)
 
     def count_reply(self, input_tokens: int) -> dict[str, Any]:
         """The body answering a token-count request (protocols that have one)."""
@@ -223,6 +230,27 @@ def sampling_hints(body: Mapping[str, Any], *, stop_key: str) -> dict[str, Any]:
         "top_k": int_field(body, "top_k"),
         "stop": stop_field(body, stop_key),
     }
+
+
+def refuse_structured_output(field: str, kind: Any) -> ProtocolError:
+    """The 400 for a structured-output request (a JSON schema the reply must match)."""
+    return ProtocolError(
+        400,
+        f"{field}: structured output ({kind!r}) is not supported: agentrl does not constrain "
+        "decoding, so the recorded log-probs stay the policy's own; describe the format in "
+        "the prompt instead and drop this field",
+        param=field,
+    )
+
+
+def refuse_logprobs(field: str) -> ProtocolError:
+    """The 400 for a client asking for token log-probs in the reply."""
+    return ProtocolError(
+        400,
+        f"{field}: log-probs are not returned to clients (agentrl records every sampled "
+        "token's log-prob in the trajectory, for training); drop this field",
+        param=field,
+    )
 
 
 def content_text(

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from agentrl._trajectory_tokens import common_prefix_length
+from agentrl._trajectory_tree import message_key
 from agentrl.adapters.protocol import ProtocolError
 from agentrl.rendering import IncrementalRenderer
 
@@ -78,6 +79,8 @@ class Session:
     minted: dict[str, int] = attrs.field(factory=dict)
     #: turn index -> the assistant message recorded for it (what the policy really said).
     responses: dict[int, dict[str, Any]] = attrs.field(factory=dict)
+    #: a recorded message with reasoning, keyed as it reads without it -> those turns.
+    _without_reasoning: dict[str, set[int]] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
     chains: list[Chain] = attrs.field(factory=list)
     _clock: int = 0
@@ -85,6 +88,22 @@ class Session:
     def remember(self, wire_id: str, turn_index: int) -> str:
         self.minted[wire_id] = turn_index
         return wire_id
+
+    def record_response(self, turn_index: int, message: dict[str, Any]) -> None:
+        """Keep turn ``turn_index``'s recorded assistant message for restoring replays."""
+        self.responses[turn_index] = message
+        if message.get("reasoning_content"):
+            visible = {k: v for k, v in message.items() if k != "reasoning_content"}
+            self._without_reasoning.setdefault(message_key(visible), set()).add(turn_index)
+
+    def _hidden_reasoning_turn(self, message: Mapping[str, Any]) -> int | None:
+        """The one turn whose recorded message is ``message`` plus reasoning the client never saw."""
+        if message.get("role") != "assistant" or message.get("reasoning_content"):
+            return None
+        visible = {k: v for k, v in message.items() if k != "reasoning_content"}
+        turns = self._without_reasoning.get(message_key(visible), set())
+        recorded = {message_key(self.responses[t]) for t in turns}
+        return min(turns) if len(recorded) == 1 else None
 
     def restore_replays(
         self, messages: Sequence[dict[str, Any]], replayed: Sequence[tuple[int, str]]
@@ -95,13 +114,21 @@ class Session:
         ``replace_all`` and trims a leading ``cd <cwd> &&`` from commands). The policy's
         context should hold what it really produced, so a message whose replayed wire ids
         all name one of this session's turns is replaced by that turn's recorded message.
-        Returns the messages and the indices that were restored.
+        A message with no such id that reads exactly like one turn's recorded message minus
+        its reasoning (a reply whose thinking the client did not ask to see, or dropped)
+        is restored too. Returns the messages and the indices that were restored.
         """
         turns_at: dict[int, set[int]] = {}
         for index, wire_id in replayed:
             turn = self.minted.get(wire_id)
             if turn is not None:
                 turns_at.setdefault(index, set()).add(turn)
+        if self._without_reasoning:
+            for index, message in enumerate(messages):
+                if index not in turns_at:
+                    turn = self._hidden_reasoning_turn(message)
+                    if turn is not None:
+                        turns_at[index] = {turn}
         restored = list(messages)
         changed = []
         for index, turns in sorted(turns_at.items()):

@@ -50,7 +50,7 @@ class Generation:
 
 
 class Engine(abc.ABC):
-    """A token-level inference engine. One core async method, plus abort and close."""
+    """A token-level inference engine. One core async method, plus health, abort and close."""
 
     name: ClassVar[str]
 
@@ -68,6 +68,14 @@ class Engine(abc.ABC):
         Cancelling the call stops the request on the engine (an HTTP engine sends its
         abort for ``rid``): callers such as the middleware rely on it and abort nothing
         themselves.
+        """
+
+    async def health(self) -> None:  # noqa: B027 - in-process engines are always ready
+        """Check cheaply that the engine can serve now; raise :class:`EngineError` saying why not.
+
+        The middleware's ``/healthz`` and ``agentrl serve``'s start-up check call it. It must
+        be quick (a probe, never a generation that waits behind real requests) and must not
+        raise anything but ``EngineError``. The default answers ready.
         """
 
     async def abort(self, rid: str) -> None:  # noqa: B027 - optional for in-process engines

@@ -4,8 +4,9 @@ Public API::
 
     engine = SGLangEngine(url, *, sock_read_timeout=900.0, total_timeout=None,
                           abort_timeout=5.0, default_sampling=None, headers=None,
-                          max_connections=0)
+                          max_connections=0, health_path="/health", health_timeout=5.0)
     await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
+    await engine.health()        # GET /health (or /health_generate); EngineError unless 200
     await engine.abort(rid)      # POST /abort_request {"rid": rid}; never raises
     await engine.aclose()
     DEFAULT_SAMPLING             # what every request starts from (caller's params win)
@@ -22,6 +23,11 @@ Cancelling ``generate`` (the client went away), a timeout or a connection error 
 ``/abort_request`` for its ``rid`` so the server stops decoding. HTTP errors, connection
 errors, timeouts and malformed replies raise ``EngineError`` with the status and a body
 excerpt. One pooled ``aiohttp.ClientSession`` serves every call.
+
+``health()`` asks ``health_path``: SGLang's (and its router's) ``GET /health`` answers 200
+once the server is up; ``/health_generate`` also runs a one-token generation, so it proves
+the model serves but waits behind a busy server. An error, a timeout (``health_timeout``)
+or any status but 200 raises ``EngineError`` with the reason.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class SGLangEngine(Engine):
         default_sampling: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         max_connections: int = 0,
+        health_path: str = "/health",
+        health_timeout: float = 5.0,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(
@@ -80,6 +88,12 @@ class SGLangEngine(Engine):
         self.default_sampling = {**DEFAULT_SAMPLING, **(default_sampling or {})}
         self.headers = dict(headers or {})
         self.max_connections = max_connections
+        if not health_path.startswith("/"):
+            raise ValueError(
+                f"SGLangEngine health_path: expected a path such as '/health', got {health_path!r}"
+            )
+        self.health_path = health_path
+        self.health_timeout = health_timeout
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -177,6 +191,34 @@ class SGLangEngine(Engine):
             finish_reason=str(finish_type or "stop"),
             meta=extra,
         )
+
+    async def health(self) -> None:
+        """GET ``health_path``; raise ``EngineError`` unless the server answers 200 in time."""
+        where = f"SGLang {self.health_path} at {self.url}"
+        timeout = aiohttp.ClientTimeout(total=self.health_timeout)
+        try:
+            async with self._client().get(
+                f"{self.url}{self.health_path}", timeout=timeout
+            ) as response:
+                status = response.status
+                body = await response.text()
+        except asyncio.TimeoutError:
+            raise EngineError(
+                f"{where} did not answer within {self.health_timeout:g}s; the server may still "
+                "be loading the model, or be overloaded"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise EngineError(
+                f"{where} is unreachable: {type(exc).__name__}: {exc}. Check that the server or "
+                "router is running at that URL"
+            ) from None
+        if status != 200:
+            raise EngineError(
+                f"{where} answered HTTP {status}: {_excerpt(body) or '(empty body)'}; the server "
+                "is not ready to serve",
+                status=status,
+                body=_excerpt(body),
+            )
 
     async def abort(self, rid: str) -> None:
         """Ask the server to stop ``rid`` (best effort, never raises)."""

@@ -6,6 +6,7 @@ Public API::
                                 stop_token_ids=None)
     await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
     await engine.abort(rid)      # the request stops after its current token, finish "abort"
+    await engine.health()        # ready unless closed or the model failed to load
     await engine.aclose()
 
 ``model_path`` must be a local directory (config.json plus weights); nothing is fetched
@@ -84,6 +85,8 @@ class TransformersEngine(Engine):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-hf")
         self._cancelled: set[str] = set()
         self._running: set[str] = set()
+        self._closed = False
+        self._load_error: str | None = None
 
     # -- model -----------------------------------------------------------------
     def _load(self) -> Any:
@@ -91,41 +94,47 @@ class TransformersEngine(Engine):
             if self._model is not None:
                 return self._model
             try:
-                import torch
-                from transformers import AutoModelForCausalLM
-            except ImportError as exc:
-                raise EngineError(
-                    "the transformers engine needs torch and transformers; install them with: "
-                    "pip install 'agentrl[hf]'"
-                ) from exc
-            import transformers
+                return self._load_model()
+            except EngineError as exc:
+                self._load_error = str(exc)
+                raise
 
-            # transformers renamed torch_dtype to dtype in 4.56.
-            major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
-            dtype_arg = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-            try:
-                model = AutoModelForCausalLM.from_pretrained(
-                    str(self.model_path),
-                    local_files_only=True,
-                    **{dtype_arg: getattr(torch, self.dtype)},
-                )
-            except Exception as exc:
-                raise EngineError(
-                    f"transformers engine could not load the model at {str(self.model_path)!r}: "
-                    f"{exc}"
-                ) from exc
-            model.to(self.device).eval()
-            eos = getattr(model.generation_config, "eos_token_id", None)
-            if eos is None:
-                eos = getattr(model.config, "eos_token_id", None)
-            if isinstance(eos, int):
-                eos = [eos]
-            self._eos_ids = tuple(eos or ())
-            # transformers 5 renamed the KV-cache argument from past_key_values to cache.
-            params = inspect.signature(model.forward).parameters
-            self._cache_arg = "cache" if "cache" in params else "past_key_values"
-            self._model = model
-            return model
+    def _load_model(self) -> Any:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM
+        except ImportError as exc:
+            raise EngineError(
+                "the transformers engine needs torch and transformers; install them with: "
+                "pip install 'agentrl[hf]'"
+            ) from exc
+        import transformers
+
+        # transformers renamed torch_dtype to dtype in 4.56.
+        major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+        dtype_arg = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(self.model_path),
+                local_files_only=True,
+                **{dtype_arg: getattr(torch, self.dtype)},
+            )
+        except Exception as exc:
+            raise EngineError(
+                f"transformers engine could not load the model at {str(self.model_path)!r}: {exc}"
+            ) from exc
+        model.to(self.device).eval()
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(model.config, "eos_token_id", None)
+        if isinstance(eos, int):
+            eos = [eos]
+        self._eos_ids = tuple(eos or ())
+        # transformers 5 renamed the KV-cache argument from past_key_values to cache.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._model = model
+        return model
 
     # -- engine API --------------------------------------------------------------
     async def generate(
@@ -164,6 +173,16 @@ class TransformersEngine(Engine):
         self._running.discard(rid)
         self._cancelled.discard(rid)
 
+    async def health(self) -> None:
+        """Ready once constructed (the model loads on the first request) until closed.
+
+        A model that failed to load makes the engine unhealthy, with the load error.
+        """
+        if self._closed:
+            raise EngineError("the transformers engine is closed")
+        if self._load_error is not None:
+            raise EngineError(self._load_error)
+
     async def abort(self, rid: str) -> None:
         """Stop ``rid`` after its current token, or before its first if it has not started."""
         self._cancelled.add(rid)
@@ -173,6 +192,7 @@ class TransformersEngine(Engine):
 
     async def aclose(self) -> None:
         """Stop the worker thread (waits for the current token) and drop the model."""
+        self._closed = True
         self._cancelled.update(self._running)
         await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
         self._model = None

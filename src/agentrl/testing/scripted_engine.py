@@ -4,8 +4,8 @@ It is a real aiohttp server on 127.0.0.1 speaking SGLang's HTTP protocol —
 ``POST /generate`` (``input_ids``, ``sampling_params``, ``return_logprob``, ``rid``;
 answering ``text``, ``output_ids`` and ``meta_info`` with ``output_token_logprobs`` as
 ``[logprob, token_id, null]`` and ``finish_reason.type``), ``POST /abort_request``
-(``{"rid"}`` or ``{"abort_all": true}``), ``GET /health`` and ``GET /get_model_info`` — so
-the client under test runs its real HTTP code. Instead of sampling, it replays queued
+(``{"rid"}`` or ``{"abort_all": true}``), ``GET /health``, ``GET /health_generate`` and
+``GET /get_model_info`` — so the client under test runs its real HTTP code. Instead of sampling, it replays queued
 replies, with deterministic log-probs, and records every request.
 
 Public API::
@@ -20,6 +20,7 @@ Public API::
                  eos=None, session=None) -> ScriptedReply
     engine.queue_reply(reply: ScriptedReply, *, session=None) -> ScriptedReply
     engine.fail_next(status=500, error="scripted failure", *, session=None) -> ScriptedReply
+    engine.health_status = 200                    # what /health and /health_generate answer
     engine.requests -> list[RecordedRequest]      # every request, in arrival order
     engine.generate_requests / engine.abort_requests -> list[RecordedRequest]
     engine.served -> list[ServedGeneration]       # what each /generate call answered
@@ -37,6 +38,8 @@ with HTTP 500 naming the problem. Like SGLang, a reply longer than
 unless ``eos=False`` or the ids already end with it. A delayed reply that is aborted
 answers at once with ``finish_reason`` ``abort`` and the tokens before the abort point
 (none). Log-probs are ``scripted_logprob(call_index, position, token_id)`` unless given.
+The health routes answer ``health_status`` (200 by default; SGLang answers 503 while it
+cannot serve) without touching the reply queues.
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ class ScriptedEngine:
             eos_token_id = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_id = eos_token_id
         self.responder = responder
+        self.health_status = 200
         self.host, self.port = host, port
         self.requests: list[RecordedRequest] = []
         self.served: list[ServedGeneration] = []
@@ -159,6 +163,7 @@ class ScriptedEngine:
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/abort_request", self._abort)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/health_generate", self._health)
         app.router.add_get("/get_model_info", self._model_info)
         self._changed = asyncio.Condition()
         self._runner = web.AppRunner(app, access_log=None)
@@ -413,7 +418,8 @@ class ScriptedEngine:
         return web.Response(status=200)
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        await self._record(request, None)
+        return web.Response(status=self.health_status)
 
     async def _model_info(self, request: web.Request) -> web.Response:
         name = getattr(self.tokenizer, "name_or_path", "") or "scripted"
