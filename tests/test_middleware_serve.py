@@ -230,4 +230,4 @@ def test_serve_without_jinja2_fails_at_start_up_in_one_line(tmp_path, qwen_token
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "jinja2" in lines[0] and "pip install -U jinja2" in lines[0]
+    assert "jinja2" in lines[0] and "pip install -U 'jinja2>=3.1'" in lines[0]

@@ -180,7 +180,7 @@ def test_missing_jinja2_fails_when_the_tokenizer_is_loaded(tmp_path, qwen_tokeni
     assert sorted(errors) == ["Middleware", "load_tokenizer"]
     for message in errors.values():
         assert "jinja2" in message and "not installed" in message
-        assert "pip install -U jinja2" in message
+        assert "pip install -U 'jinja2>=3.1'" in message
 
 
 def test_a_template_that_refuses_one_message_still_loads(qwen_tokenizer_dir):

@@ -1,7 +1,7 @@
 """How to install one of agentrl's optional extras, for error messages.
 
 agentrl is installed from a checkout or a wheel (the name ``agentrl`` on PyPI is another
-project), so a hint never says ``pip install 'agentrl[e2b]'``: it names the packages the
+project), so a hint never names agentrl itself to pip: it names the packages the
 extra lists, read from the installed distribution's metadata.
 """
 

@@ -36,6 +36,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentrl.extras import install_hint
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -221,7 +223,7 @@ def check_chat_template_support(tokenizer: object) -> None:
                 problem = "it is not installed"
         raise ChatTemplateUnavailableError(
             f"rendering the chat template needs jinja2 and {problem}; install it with: "
-            "pip install -U jinja2"
+            "pip install -U 'jinja2>=3.1' (part of agentrl's [serve] extra)"
         ) from None
     except Exception as exc:
         logger.debug("chat template probe render failed (left to real requests): %r", exc)
@@ -246,7 +248,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise TokenizerError(
-            "loading a tokenizer needs transformers; install it with: pip install 'agentrl[hf]'"
+            f"loading a tokenizer needs transformers; install it with: {install_hint('serve')}"
         ) from exc
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)

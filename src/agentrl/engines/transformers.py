@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentrl.engines.base import Engine, EngineError, Generation
+from agentrl.extras import install_hint
 
 __all__ = ["TransformersEngine"]
 
@@ -106,7 +107,7 @@ class TransformersEngine(Engine):
         except ImportError as exc:
             raise EngineError(
                 "the transformers engine needs torch and transformers; install them with: "
-                "pip install 'agentrl[hf]'"
+                f"{install_hint('hf')} (without a GPU, install a CPU build of torch first)"
             ) from exc
         import transformers
 
