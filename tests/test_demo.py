@@ -214,3 +214,26 @@ def test_demo_runs_end_to_end(tmp_path):
         assert len(sample["loss_mask"]) == len(sample["rollout_logprobs"])
         assert sample["response_length"] == len(sample["tokens"]) - sample["prompt_length"] >= 1
     assert sum(sum(s["loss_mask"]) for s in samples) == rollout["sampled_tokens"]
+
+
+def test_report_prints_the_models_words_and_paths_as_text(tmp_path):
+    """A reply or path with square brackets is shown as written, not eaten as rich markup."""
+    import io
+
+    from rich.console import Console
+
+    from agentrl.demo import print_report
+
+    sample = {"response": "I will run [bold]pytest[/bold] on [red]x", "loss_mask": [1, 1]}
+    row = {
+        "outcome": "unsolved",
+        "reward": 0.0,
+        "turns": 1,
+        "agent_log_path": "runs/[demo]/agent_logs/t.log",
+        "diff_path": "runs/[demo]/diffs/t.diff",
+    }
+    out = io.StringIO()
+    print_report(Console(file=out, width=400), row, [sample], tmp_path / "[s]" / "samples.jsonl")
+    text = out.getvalue()
+    assert "[bold]pytest[/bold] on [red]x" in text
+    assert "runs/[demo]/agent_logs/t.log" in text and "[s]" in text

@@ -274,3 +274,14 @@ async def test_progress_line_counts_done_running_solved_failed(tmp_path, capsys)
     assert (summary.done, summary.solved, summary.failed) == (3, 2, 1)
     line = capsys.readouterr().out
     assert "3/3" in line and "running 0 · solved 2 · failed 1 ·" in line and "tok/s" in line
+
+
+def test_summary_prints_the_out_path_as_text(capsys):
+    """An --out path with square brackets is printed as written (not parsed as rich markup)."""
+    import pathlib
+
+    from agentrl.rollout_cli import print_summary
+    from agentrl.runner import RunSummary
+
+    print_summary(RunSummary(), pathlib.Path("runs/[bold]eval"), evaluation=True)
+    assert "outputs in runs/[bold]eval/" in capsys.readouterr().out

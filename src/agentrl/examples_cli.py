@@ -88,6 +88,7 @@ def examples_command(copy_to: str | None, force: bool) -> None:
     grading scripts relative to the JSONL file.
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     try:
@@ -105,7 +106,7 @@ def examples_command(copy_to: str | None, force: bool) -> None:
     table.add_column("file")
     table.add_column("tasks")
     for path in task_files:
-        table.add_row(path.name, ", ".join(_task_ids(path)))
+        table.add_row(escape(path.name), escape(", ".join(_task_ids(path))))
     Console().print(table)
     click.echo("next:")
     click.echo(f"  agentrl check-tasks {where / 'scaleswe.jsonl'}   # grade each gold patch")

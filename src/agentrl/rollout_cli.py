@@ -58,6 +58,7 @@ def _default_cli_dir(harness: str) -> str | None:
 def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: bool) -> None:
     """The end-of-run table: solve rate, outcome counts, turns, tokens, time per phase."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     data = summary.to_dict()
@@ -82,7 +83,7 @@ def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: boo
         table.add_row(f"seconds: {phase}", fmt(seconds, ".1f"))
     console = Console()
     console.print(table)
-    console.print(f"outputs in {out_dir}/ (rollouts.jsonl, samples.jsonl, summary.json)")
+    console.print(escape(f"outputs in {out_dir}/ (rollouts.jsonl, samples.jsonl, summary.json)"))
 
 
 async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
