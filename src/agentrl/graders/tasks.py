@@ -95,10 +95,10 @@ def detect_protocol(row: Mapping[str, Any]) -> str:
 
 
 def grader_for(protocol: str) -> Any:
-    """An instance of the grader registered as ``protocol`` (lists the choices if unknown)."""
+    """The grader registered as ``protocol``, built with its defaults (``Grader.from_options``)."""
     from agentrl.plugins import get_grader
 
-    return get_grader(protocol)()
+    return get_grader(protocol).from_options()
 
 
 def prompt_text(prompt: Any) -> str:
