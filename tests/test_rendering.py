@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrl._trajectory_tokens import common_prefix_length
 from agentrl.rendering import (
     IncrementalRenderer,
     RenderError,
     _boundary_ids,
     render_full,
 )
+from agentrl.trajectory import common_prefix_length
 
 TOOLS = [
     {

@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from agentrl._trajectory_tokens import common_prefix_length
+from agentrl.trajectory import common_prefix_length
 
 __all__ = ["IncrementalRenderer", "RenderError", "RenderStats", "RenderedPrompt", "render_full"]
 

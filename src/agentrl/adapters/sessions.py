@@ -17,10 +17,9 @@ from typing import Any
 
 import attrs
 
-from agentrl._trajectory_tokens import common_prefix_length
-from agentrl._trajectory_tree import message_key
 from agentrl.adapters.protocol import ProtocolError
 from agentrl.rendering import IncrementalRenderer
+from agentrl.trajectory import common_prefix_length, message_key
 
 __all__ = [
     "CLOSED_TOKENS_KEPT",

@@ -13,13 +13,13 @@ from array import array
 from collections.abc import Iterable
 from typing import Any
 
-from agentrl._trajectory_tokens import (
+from agentrl.trajectory.tokens import (
     TokenStore,
     TurnTokens,
     common_prefix_length,
     zero_logprobs,
 )
-from agentrl._trajectory_tree import ChainEntry
+from agentrl.trajectory.tree import ChainEntry
 
 __all__ = ["DriftKind", "SampleParts", "linearize"]
 

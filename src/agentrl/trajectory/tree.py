@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from agentrl._trajectory_tokens import TokenStore, TurnTokens, common_prefix_length
+from agentrl.trajectory.tokens import TokenStore, TurnTokens, common_prefix_length
 
 __all__ = ["ChainEntry", "MessageNode", "SessionTree", "has_tool_calls", "message_key"]
 

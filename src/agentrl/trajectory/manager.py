@@ -20,13 +20,13 @@ from typing import Any
 
 import attrs
 
-from agentrl._trajectory_linearize import DriftKind, linearize
-from agentrl._trajectory_tokens import to_id_array, to_logprob_array
-from agentrl._trajectory_tree import SessionTree, has_tool_calls, message_key
+from agentrl.trajectory.linearize import DriftKind, linearize
+from agentrl.trajectory.tokens import to_id_array, to_logprob_array
+from agentrl.trajectory.tree import SessionTree, has_tool_calls, message_key
 
 __all__ = ["DriftKind", "SessionStats", "TrainingSample", "TrajectoryManager", "TurnRecord"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agentrl.trajectory")
 
 REWARD_SPLITS = ("full", "divide")
 
