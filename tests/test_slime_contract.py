@@ -23,9 +23,9 @@ import types
 import pytest
 
 import agentrl.slime as slime_mod
-from agentrl._slime_samples import task_row
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
+from agentrl.slime.samples import task_row
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 from slime_stub import checks
 from slime_stub.rollout_state import install_generate_state
@@ -517,7 +517,7 @@ async def test_cancelled_generate_closes_its_session_and_sandbox(
     slime_env, qwen_tokenizer, qwen_tokenizer_dir
 ):
     """If slime cancels the generate task, the rollout on the service loop is cancelled too."""
-    import agentrl._slime_service as service_mod
+    import agentrl.slime.service as service_mod
 
     stall = ScriptedReply(text="Waiting.\n" + _tool_call("Bash", {"command": STALL}))
     engine = await _engine(qwen_tokenizer, AgentScript(qwen_tokenizer, first=stall))
@@ -579,7 +579,7 @@ async def test_network_mode_serves_tcp_and_tells_sandboxes_the_public_host(
     """With E2B, the middleware listens on TCP and sandboxes are pointed at the public host."""
     import aiohttp
 
-    import agentrl._slime_service as service_mod
+    import agentrl.slime.service as service_mod
 
     monkeypatch.delenv("AGENTRL_UNIX_SOCKET")
     monkeypatch.delenv("AGENTRL_SANDBOX_OPTIONS")

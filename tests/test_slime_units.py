@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import importlib
 import inspect
 import subprocess
 import sys
@@ -13,8 +14,8 @@ import types
 import pytest
 
 import agentrl.slime as slime_mod
-from agentrl._slime_config import SlimeConfig, SlimeConfigError
-from agentrl._slime_samples import (
+from agentrl.slime.config import SlimeConfig, SlimeConfigError
+from agentrl.slime.samples import (
     abort_placeholder,
     eval_placeholder,
     result_metadata,
@@ -23,7 +24,7 @@ from agentrl._slime_samples import (
     task_row,
     to_slime_samples,
 )
-from agentrl._slime_service import ServiceSettings
+from agentrl.slime.service import ServiceSettings
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome
 from slime_stub import checks
@@ -42,6 +43,15 @@ def test_generate_signature_matches_slime_contract():
     assert params[3].default is False
     # slime passes the first three positionally and evaluation by keyword.
     assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
+
+
+def test_dotted_paths_resolve_as_slime_loads_them():
+    """slime's load_function imports the path up to the last dot and getattr()s the rest."""
+    for path in ("agentrl.slime.generate", "agentrl.slime.reward_post_process"):
+        module_path, _, name = path.rpartition(".")
+        fn = getattr(importlib.import_module(module_path), name)
+        assert fn is getattr(slime_mod, name) and inspect.isfunction(fn), path
+    assert inspect.iscoroutinefunction(slime_mod.generate)
 
 
 def test_reward_post_process_signature():
@@ -526,7 +536,7 @@ def test_generate_never_mutates_sampling_params(monkeypatch):
 
 def test_public_address_auto_resolves_this_node():
     """'auto' becomes the local address of the route to the router; anything else is kept."""
-    from agentrl._slime_service import public_address
+    from agentrl.slime.service import public_address
 
     assert public_address("10.0.0.9", "http://127.0.0.1:1") == "10.0.0.9"
     assert public_address("auto", "http://127.0.0.1:30000") == "127.0.0.1"
@@ -558,7 +568,7 @@ def test_sglang_parser_names_map_to_agentrl_parsers(
     agentrl_registry, kind, sglang_name, agentrl_name
 ):
     """--sglang-*-parser names resolve to the agentrl parser reading the same format."""
-    from agentrl._slime_service import resolve_parser
+    from agentrl.slime.service import resolve_parser
 
     assert resolve_parser(kind, sglang_name).name == agentrl_name
     assert resolve_parser(kind, None) is None and resolve_parser(kind, "") is None
@@ -566,7 +576,7 @@ def test_sglang_parser_names_map_to_agentrl_parsers(
 
 def test_unknown_parser_name_lists_the_choices(agentrl_registry):
     """An SGLang parser agentrl cannot read fails naming the flag and the available parsers."""
-    from agentrl._slime_service import resolve_parser
+    from agentrl.slime.service import resolve_parser
 
     with pytest.raises(SlimeConfigError, match=r"--sglang-tool-call-parser 'nope'.*hermes"):
         resolve_parser("tool_parser", "nope")
@@ -574,7 +584,7 @@ def test_unknown_parser_name_lists_the_choices(agentrl_registry):
 
 def test_non_generation_time_counts_each_engine_call_once():
     """Rollout time minus engine time, with a turn shared by two chains counted once."""
-    from agentrl._slime_samples import non_generation_seconds
+    from agentrl.slime.samples import non_generation_seconds
 
     shared = {"middleware_turn": 0, "engine_seconds": 1.0}
     chains = (

@@ -28,8 +28,8 @@ from typing import Any
 
 import attrs
 
-from agentrl._slime_config import SlimeConfig, SlimeConfigError
 from agentrl.hookspecs import hookimpl
+from agentrl.slime.config import SlimeConfig, SlimeConfigError
 
 __all__ = ["RolloutOutput", "Service", "ServiceSettings", "get_service", "shutdown_service"]
 

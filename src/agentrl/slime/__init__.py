@@ -8,7 +8,7 @@ Point slime at them with::
 ``generate`` runs one coding-agent rollout (sandbox, agent CLI, grading) per slime sample
 and returns one slime ``Sample`` per trajectory chain, all sharing ``rollout_id``. The
 agent side is configured with ``AGENTRL_*`` environment variables (see
-``agentrl._slime_config.ENV_VARS`` and docs/slime.md); the model side comes from slime's
+``agentrl.slime.config.ENV_VARS`` and docs/slime.md); the model side comes from slime's
 ``args``. Importing this module imports neither slime nor torch: samples are built from
 the incoming sample's own class.
 """
@@ -23,9 +23,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl._slime_config import ENV_VARS, SlimeConfig, SlimeConfigError
-from agentrl._slime_rewards import normalize_rewards
-from agentrl._slime_samples import (
+from agentrl.slime.config import ENV_VARS, SlimeConfig, SlimeConfigError
+from agentrl.slime.rewards import normalize_rewards
+from agentrl.slime.samples import (
     abort_placeholder,
     eval_placeholder,
     non_generation_seconds,
@@ -34,7 +34,7 @@ from agentrl._slime_samples import (
     task_row,
     to_slime_samples,
 )
-from agentrl._slime_service import RolloutOutput, get_service, shutdown_service
+from agentrl.slime.service import RolloutOutput, get_service, shutdown_service
 
 __all__ = [
     "ENV_VARS",
