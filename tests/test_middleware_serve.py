@@ -142,6 +142,25 @@ def test_serve_on_a_port_in_use_says_so_in_one_line(qwen_tokenizer_dir):
     assert f"127.0.0.1:{port}" in lines[0] and "--port" in lines[0]
 
 
+def _serve_plain(engine, tokenizer, tmp_path, stop, announce, warn):
+    """`run_server` with no parsers, no session options, output under ``tmp_path``."""
+    return run_server(
+        engine=engine,
+        tokenizer=tokenizer,
+        host="127.0.0.1",
+        port=0,
+        unix_path=None,
+        tool_parser=None,
+        reasoning_parser=None,
+        session_options={},
+        output=tmp_path / "trajectory.jsonl",
+        reward=0.0,
+        stop=stop,
+        announce=announce,
+        warn=warn,
+    )
+
+
 async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path, qwen_tokenizer):
     """An engine URL nobody answers draws one warning naming it; serving goes on (503 healthz)."""
     stop = asyncio.Event()
@@ -156,21 +175,7 @@ async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path,
 
     engine = SGLangEngine("http://127.0.0.1:9")
     server = asyncio.create_task(
-        run_server(
-            engine=engine,
-            tokenizer=qwen_tokenizer,
-            host="127.0.0.1",
-            port=0,
-            unix_path=None,
-            tool_parser=None,
-            reasoning_parser=None,
-            session_options={},
-            output=tmp_path / "trajectory.jsonl",
-            reward=0.0,
-            stop=stop,
-            announce=announce,
-            warn=warnings.append,
-        )
+        _serve_plain(engine, qwen_tokenizer, tmp_path, stop, announce, warnings.append)
     )
     await asyncio.wait_for(serving.wait(), 30)
     assert len(warnings) == 1
@@ -192,21 +197,7 @@ async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenize
         if line.lstrip().startswith("Serving"):
             stop.set()
 
-    await run_server(
-        engine=sglang_client,
-        tokenizer=qwen_tokenizer,
-        host="127.0.0.1",
-        port=0,
-        unix_path=None,
-        tool_parser=None,
-        reasoning_parser=None,
-        session_options={},
-        output=tmp_path / "trajectory.jsonl",
-        reward=0.0,
-        stop=stop,
-        announce=announce,
-        warn=warnings.append,
-    )
+    await _serve_plain(sglang_client, qwen_tokenizer, tmp_path, stop, announce, warnings.append)
     assert warnings == []
 
 
