@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import pathlib
@@ -15,6 +14,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 
 from agentrl.graders.tasks import resolve_host_path
+from agentrl.plugin_options import keyword_parameters
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.types import Grade, Task
 
@@ -168,12 +168,9 @@ class Grader(abc.ABC):
         given = dict(options)
         if timeout is not None:
             given["timeout"] = timeout
-        parameters = inspect.signature(cls).parameters.values()
-        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        accepted = keyword_parameters(cls)
+        if accepted is None:  # **kwargs: every option is taken
             return cls(**given)
-        accepted = {
-            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        }
         for option in sorted(set(given) - accepted):
             if (cls, option) not in _ignored_reported:
                 _ignored_reported.add((cls, option))
