@@ -166,7 +166,7 @@ def test_the_real_codex_accepts_our_config_strictly(tmp_path):
     """Codex 0.171 with --strict-config loads our config.toml (unknown keys would fail)."""
     codex = CLI_DIR / "bin" / "codex"
     if not codex.exists():
-        pytest.fail(f"{codex} is missing; run scripts/install-clis.sh")
+        pytest.fail(f"{codex} is missing; run `agentrl install-clis --dest .cache/clis`")
     home = tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(CodexHarness(cli_path="/x").config_toml(context()))

@@ -3,7 +3,7 @@
 Each CLI is asked to create a file: the scripted engine answers the first turn with a tool
 call that writes it and the second with a final answer. The CLI must exit 0, the file must
 exist, and the session must yield one sample whose trained tokens are exactly the two
-engine outputs. The CLIs come from ``scripts/install-clis.sh`` (``make test`` runs it).
+engine outputs. The CLIs come from ``agentrl install-clis`` (``make test`` runs it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def cli(name: str) -> Path:
     if not os.access(path, os.X_OK):
         pytest.fail(
             f"{name} CLI not found at {path}; install the pinned CLIs with "
-            "`bash scripts/install-clis.sh` (needs npm and access to the npm registry)"
+            "`agentrl install-clis --dest .cache/clis` (needs npm and access to the npm registry)"
         )
     return path
 

@@ -5,7 +5,7 @@ SGLang's HTTP protocol): its replies are what a Qwen3 policy would sample, in th
 tool-call format of Qwen3's chat template (the parser the middleware is given), naming each CLI's real tools with
 their real argument schemas. Everything else is real: the middleware and its adapters,
 the Qwen3 tokenizer and chat template, bubblewrap, the CLIs from npm
-(``scripts/install-clis.sh``), git, the scaleswe grader and an example task.
+(``agentrl install-clis``), git, the scaleswe grader and an example task.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ async def middleware(qwen_tokenizer, scripted_engine):
 def _cli_binds() -> tuple[dict[str, str], dict[str, str]]:
     if not (CLI_DIR / "bin" / "claude").exists() or not (CLI_DIR / "bin" / "codex").exists():
         pytest.fail(
-            f"the agent CLIs are not installed in {CLI_DIR}; run scripts/install-clis.sh "
+            f"the agent CLIs are not installed in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis` "
             "(or set AGENTRL_CLI_DIR to an install holding bin/claude and bin/codex)"
         )
     binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)

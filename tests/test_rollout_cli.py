@@ -91,7 +91,9 @@ async def test_rollout_command_solves_a_task(
 ):
     """The command runs the CLI in a sandbox, grades 1.0, writes samples, and resumes."""
     if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+        pytest.fail(
+            f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis`"
+        )
     for reply in solution():
         scripted_engine.queue(reply)
     task_file = _one_task_file(tmp_path, "textstats-1")
@@ -127,7 +129,9 @@ async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
 ):
     """SIGINT mid-turn: exit 130 with a resume hint, the engine request aborted, no traceback."""
     if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+        pytest.fail(
+            f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis`"
+        )
     scripted_engine.queue(DONE, delay=120)
     task_file = _one_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
@@ -219,7 +223,9 @@ async def test_failed_rollouts_exit_1_and_run_again_on_resume(
 ):
     """Every rollout an infra_error: exit 1 with a count; --keep-failed keeps it; a fixed re-run redoes it."""
     if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run scripts/install-clis.sh")
+        pytest.fail(
+            f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis`"
+        )
     task_file = _one_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")

@@ -129,7 +129,7 @@ def slime_env(monkeypatch, short_dir):
     """The agentrl environment a slime launcher would export, for the local sandbox."""
     if not (CLI_DIR / "bin" / "claude").exists() or not (CLI_DIR / "bin" / "codex").exists():
         pytest.fail(
-            f"the agent CLIs are not installed in {CLI_DIR}; run scripts/install-clis.sh "
+            f"the agent CLIs are not installed in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis` "
             "(make test does), or set AGENTRL_CLI_DIR to an install holding bin/claude and "
             "bin/codex"
         )

@@ -72,7 +72,7 @@ class StackOptions:
     tool_parser: str | type | None = "hermes"
     reasoning_parser: str | type | None = None
     engine_options: dict[str, Any] = attrs.field(factory=dict)
-    #: A host directory holding bin/claude and bin/codex (scripts/install-clis.sh).
+    #: A host directory holding bin/claude and bin/codex (agentrl install-clis).
     cli_dir: str | None = None
     harness_options: dict[str, Any] = attrs.field(factory=dict)
     sandbox_options: dict[str, Any] = attrs.field(factory=dict)

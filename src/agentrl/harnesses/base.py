@@ -204,8 +204,8 @@ class Harness(abc.ABC):
             raise HarnessError(
                 f"{self.name}: no {self.binary} CLI installed: the sandbox would look for it "
                 f"on PATH={search_path}, where this machine has none. Install it with "
-                "scripts/install-clis.sh and point AGENTRL_CLI_DIR (or agentrl rollout "
-                f"--cli-dir) at the install, or give the harness cli_path= or tarballs="
+                "`agentrl install-clis` (agentrl rollout then finds it; or pass --cli-dir), "
+                "or give the harness cli_path= or tarballs="
             )
 
     @classmethod

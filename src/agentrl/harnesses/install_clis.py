@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import click
 
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.npm import TRANSIENT_NPM, jittered_backoff, npm_package_dir
 from agentrl.tokenizers import default_cache_dir
@@ -100,26 +102,27 @@ class PinnedCli:
         return self.prefix(dest) / "node_modules" / ".bin" / self.binary
 
 
+# The package and executable names are the harnesses' own.
 PINS: tuple[CliPin, ...] = (
     CliPin(
         group="claude",
-        package="@anthropic-ai/claude-code",
-        binary="claude",
+        package=ClaudeCodeHarness.npm_package,
+        binary=ClaudeCodeHarness.binary,
         version_var="CLAUDE_CODE_VERSION",
         default_version="2.1.332",
     ),
     CliPin(
         group="claude",
-        package="@anthropic-ai/claude-code",
-        binary="claude",
+        package=ClaudeCodeHarness.npm_package,
+        binary=ClaudeCodeHarness.binary,
         version_var="CLAUDE_CODE_NODE18_VERSION",
         default_version="2.1.197",
         versioned_link=True,
     ),
     CliPin(
         group="codex",
-        package="@openai/codex",
-        binary="codex",
+        package=CodexHarness.npm_package,
+        binary=CodexHarness.binary,
         version_var="CODEX_VERSION",
         default_version="0.171.0",
     ),
