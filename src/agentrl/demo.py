@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from agentrl.runner import ROLLOUTS_FILE, SAMPLES_FILE, SUMMARY_FILE
+from agentrl.runner import OUTPUT_DIRS, OUTPUT_FILES
 from agentrl.tokenizers import default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -171,27 +171,20 @@ def cli_dir() -> pathlib.Path:
     return found
 
 
-#: What agentrl's runner writes into a run directory: the only entries a demo re-run removes.
-RUN_FILES = (ROLLOUTS_FILE, SAMPLES_FILE, SUMMARY_FILE)
-#: Its per-rollout directories, with the suffix of the files in them.
-RUN_DIRS = {"agent_logs": ".log", "diffs": ".diff"}
-
-
 def _run_dir_entries(out_dir: pathlib.Path) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
     """``(files agentrl's runner wrote, anything else)`` in ``out_dir``."""
     ours: list[pathlib.Path] = []
     foreign: list[pathlib.Path] = []
-    # The runner's resume pass stages a JSONL file as ``.<name>.resume`` beside it.
-    resume = {f".{name}.resume" for name in (ROLLOUTS_FILE, SAMPLES_FILE)}
     for entry in sorted(out_dir.iterdir()):
         if entry.is_symlink():
             foreign.append(entry)
-        elif entry.is_file() and (entry.name in RUN_FILES or entry.name in resume):
+        elif entry.is_file() and entry.name in OUTPUT_FILES:
             ours.append(entry)
-        elif entry.is_dir() and entry.name in RUN_DIRS:
+        elif entry.is_dir() and entry.name in OUTPUT_DIRS:
             for child in sorted(entry.iterdir()):
                 plain = child.is_file() and not child.is_symlink()
-                (ours if plain and child.suffix == RUN_DIRS[entry.name] else foreign).append(child)
+                mine = plain and child.suffix == OUTPUT_DIRS[entry.name]
+                (ours if mine else foreign).append(child)
         else:
             foreign.append(entry)
     return ours, foreign
@@ -200,8 +193,9 @@ def _run_dir_entries(out_dir: pathlib.Path) -> tuple[list[pathlib.Path], list[pa
 def check_run_dir(out_dir: pathlib.Path) -> list[pathlib.Path]:
     """The files of a previous run in ``out_dir`` that the demo may replace.
 
-    Only what agentrl's runner writes counts (``RUN_FILES``, and ``RUN_DIRS`` with their
-    own files); a directory holding anything else is refused with ``click.UsageError``.
+    Only what agentrl's runner writes counts (``runner.OUTPUT_FILES``, and
+    ``runner.OUTPUT_DIRS`` with their own files); a directory holding anything else is
+    refused with ``click.UsageError``.
     """
     if not out_dir.exists():
         return []
@@ -225,7 +219,7 @@ def clear_run_dir(out_dir: pathlib.Path) -> list[pathlib.Path]:
     ours = check_run_dir(out_dir)
     for path in ours:
         path.unlink()
-    for name in RUN_DIRS:
+    for name in OUTPUT_DIRS:
         if (out_dir / name).is_dir():
             (out_dir / name).rmdir()
     return ours

@@ -46,6 +46,22 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 FAILED_FILE = "rollouts.failed.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+LOGS_DIR, LOG_SUFFIX = "agent_logs", ".log"
+DIFFS_DIR, DIFF_SUFFIX = "diffs", ".diff"
+
+
+def _staging_name(name: str) -> str:
+    """Where a resume pass stages the rewrite of the JSONL file ``name`` (beside it)."""
+    return f".{name}.resume"
+
+
+#: Every file the runner writes at the top of ``out`` (the JSONL files' resume staging too).
+OUTPUT_FILES = frozenset(
+    {ROLLOUTS_FILE, FAILED_FILE, SAMPLES_FILE, SUMMARY_FILE}
+    | {_staging_name(name) for name in (ROLLOUTS_FILE, SAMPLES_FILE)}
+)
+#: The runner's per-rollout directories, with the suffix of the files it writes there.
+OUTPUT_DIRS = {LOGS_DIR: LOG_SUFFIX, DIFFS_DIR: DIFF_SUFFIX}
 #: Outcomes that say nothing about the policy: a resumed run does them again.
 RETRIED_OUTCOMES = frozenset(o.value for o in Outcome if not o.trainable)
 
@@ -240,8 +256,8 @@ class Runner:
         key = job.key
         attempt = self._attempts.get(key, 1)
         stem = key.replace("#", "__") + (f".attempt-{attempt}" if attempt > 1 else "")
-        log_path = self.out / "agent_logs" / f"{stem}.log"
-        diff_path = self.out / "diffs" / f"{stem}.diff"
+        log_path = self.out / LOGS_DIR / f"{stem}{LOG_SUFFIX}"
+        diff_path = self.out / DIFFS_DIR / f"{stem}{DIFF_SUFFIX}"
         row = {
             "key": key,
             "instance_id": job.task.instance_id,
@@ -357,7 +373,7 @@ def _filter_jsonl(
         assert move is not None, f"{path}: rows to move but nowhere to move them"
         logger.info("%s: %d failed rollouts will run again", path, len(moved))
         move(moved)
-    staging = path.with_name(f".{path.name}.resume")
+    staging = path.with_name(_staging_name(path.name))
     with path.open() as src, staging.open("w") as dst:
         for line, verdict in zip(src, verdicts, strict=True):
             if verdict == _KEEP:
