@@ -168,6 +168,15 @@ def test_a_previous_run_is_cleared_file_by_file(tmp_path):
     assert clear_run_dir(tmp_path / "missing") == []
 
 
+def test_a_resumed_runs_failed_rows_are_the_runners_too(tmp_path):
+    """rollouts.failed.jsonl (written when a resume redoes failed rollouts) is cleared, not refused."""
+    out = tmp_path / "out"
+    _previous_run(out)
+    (out / "rollouts.failed.jsonl").write_text("{}\n")
+    (out / "diffs" / "a__0.attempt-2.diff").write_text("")
+    assert len(clear_run_dir(out)) == 7 and list(out.iterdir()) == []
+
+
 def test_describe_is_honest_about_unsolved_and_infra():
     """The closing sentences name the outcome and never call an infra failure a policy result."""
     sample = {"loss_mask": [0, 1, 1], "response": "hello"}
