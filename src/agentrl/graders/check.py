@@ -114,6 +114,11 @@ _CANNOT_RUN_OUTPUT: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def _exit_code(grade: Grade) -> Any:
+    """The test command's exit code as the grader recorded it (scaleswe or swebench key)."""
+    return grade.details.get("exit_code", grade.details.get("eval_exit_code"))
+
+
 def _last_line(pattern: re.Pattern[str], text: str) -> str | None:
     """The line holding ``pattern``'s last match in ``text`` (at most 200 characters)."""
     matches = list(pattern.finditer(text))
@@ -132,8 +137,7 @@ def why_tests_did_not_run(grade: Grade) -> str | None:
     tail (``No module named pytest``, a shell's "not found", collection errors with no
     test run). A runner summary counting passed or failed tests means the tests ran.
     """
-    details = grade.details
-    exit_code = details.get("exit_code", details.get("eval_exit_code"))
+    exit_code = _exit_code(grade)
     tail = output_tail(grade)
     line = _last_line(_PYTEST_MISSING, tail)
     if line:
@@ -163,7 +167,7 @@ def _how_it_failed(grade: Grade) -> str:
             f" (fail_to_pass {f2p.get('passed')}/{f2p.get('total')} passed, "
             f"pass_to_pass {p2p.get('passed')}/{p2p.get('total')})"
         )
-    exit_code = details.get("exit_code", details.get("eval_exit_code"))
+    exit_code = _exit_code(grade)
     return f" (exit {exit_code})" if exit_code is not None else ""
 
 
