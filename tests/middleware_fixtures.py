@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from middleware_support import all_adapters, qwen_parsers
+from middleware_support import started_middleware
 
 
 @pytest.fixture
@@ -22,24 +22,10 @@ async def sglang_client(scripted_engine):
 @pytest.fixture
 async def middleware(qwen_tokenizer, sglang_client):
     """A started middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers."""
-    from agentrl.adapters.base import Middleware
-    from agentrl.trajectory import TrajectoryManager
-
-    tool_parser, reasoning_parser = qwen_parsers()
-    mw = Middleware(
-        engine=sglang_client,
-        tokenizer=qwen_tokenizer,
-        tool_parser=tool_parser,
-        reasoning_parser=reasoning_parser,
-        trajectory=TrajectoryManager(),
-        adapters=all_adapters(),
-        max_body_bytes=4 * 1024 * 1024,
-    )
-    await mw.start(host="127.0.0.1", port=0)
-    try:
+    async with started_middleware(
+        sglang_client, qwen_tokenizer, max_body_bytes=4 * 1024 * 1024
+    ) as mw:
         yield mw
-    finally:
-        await mw.close()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,29 @@ def all_adapters():
     from agentrl.adapters.openai_responses import OpenAIResponsesAdapter
 
     return [AnthropicAdapter(), OpenAIResponsesAdapter(), OpenAIChatAdapter()]
+
+
+@contextlib.asynccontextmanager
+async def started_middleware(engine: Any, tokenizer: Any, **options: Any):
+    """A middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers, closed after."""
+    from agentrl.adapters.base import Middleware
+    from agentrl.trajectory import TrajectoryManager
+
+    tool_parser, reasoning_parser = qwen_parsers()
+    mw = Middleware(
+        engine=engine,
+        tokenizer=tokenizer,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
+        trajectory=TrajectoryManager(),
+        adapters=all_adapters(),
+        **options,
+    )
+    await mw.start(host="127.0.0.1", port=0)
+    try:
+        yield mw
+    finally:
+        await mw.close()
 
 
 def env_without_module(module: str, tmp_path: Path) -> dict[str, str]:

@@ -8,8 +8,7 @@ import pytest
 
 from agentrl.adapters.base import Middleware
 from agentrl.tokenizers import QWEN3_CHAT_TEMPLATE
-from agentrl.trajectory import TrajectoryManager
-from middleware_support import all_adapters, qwen_parsers
+from middleware_support import started_middleware
 
 pytest_plugins = ("middleware_fixtures",)
 
@@ -131,20 +130,8 @@ async def keep_thinking_middleware(qwen_tokenizer_dir, sglang_client):
     keep = "{%- if loop.index0 > ns.last_query_index %}"
     assert keep in QWEN3_CHAT_TEMPLATE
     tokenizer.chat_template = QWEN3_CHAT_TEMPLATE.replace(keep, "{%- if true %}")
-    tool_parser, reasoning_parser = qwen_parsers()
-    mw = Middleware(
-        engine=sglang_client,
-        tokenizer=tokenizer,
-        tool_parser=tool_parser,
-        reasoning_parser=reasoning_parser,
-        trajectory=TrajectoryManager(),
-        adapters=all_adapters(),
-    )
-    await mw.start(host="127.0.0.1", port=0)
-    try:
+    async with started_middleware(sglang_client, tokenizer) as mw:
         yield mw
-    finally:
-        await mw.close()
 
 
 async def test_text_only_turn_with_hidden_thinking_is_restored_by_its_content(

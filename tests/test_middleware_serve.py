@@ -21,11 +21,8 @@ from middleware_support import env_without_module
 pytest_plugins = ("middleware_fixtures",)
 
 
-async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
-    tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
-):
-    """Each client kind gets its own token; a served turn ends up in the JSONL when stopped."""
-    stop = asyncio.Event()
+def _announcer():
+    """``(lines, serving, announce)``: what the server printed, set once it says "Serving"."""
     lines: list[str] = []
     serving = asyncio.Event()
 
@@ -33,6 +30,16 @@ async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
         lines.append(line)
         if line.lstrip().startswith("Serving"):
             serving.set()
+
+    return lines, serving, announce
+
+
+async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
+    tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
+):
+    """Each client kind gets its own token; a served turn ends up in the JSONL when stopped."""
+    stop = asyncio.Event()
+    lines, serving, announce = _announcer()
 
     output = tmp_path / "out" / "trajectory.jsonl"
     server = asyncio.create_task(
@@ -165,13 +172,7 @@ async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path,
     """An engine URL nobody answers draws one warning naming it; serving goes on (503 healthz)."""
     stop = asyncio.Event()
     warnings: list[str] = []
-    lines: list[str] = []
-    serving = asyncio.Event()
-
-    def announce(line: str) -> None:
-        lines.append(line)
-        if line.lstrip().startswith("Serving"):
-            serving.set()
+    lines, serving, announce = _announcer()
 
     engine = SGLangEngine("http://127.0.0.1:9")
     server = asyncio.create_task(
