@@ -17,7 +17,7 @@ import json
 import statistics
 import time
 
-from agentrl.rendering import IncrementalRenderer
+from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.tokenizers import build_qwen_tokenizer
 
 TOOLS = [

@@ -12,9 +12,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agentrl import demo
+from agentrl.cli import demo
+from agentrl.adapters.rendering import IncrementalRenderer, render_full
 from agentrl.cli import cli
-from agentrl.demo import (
+from agentrl.cli.demo import (
     DEMO_CHAT_TEMPLATE,
     DEMO_INSTANCE,
     DemoError,
@@ -25,7 +26,6 @@ from agentrl.demo import (
 )
 from agentrl.harnesses import install_clis
 from agentrl.parsers.hermes import HermesToolCallParser
-from agentrl.rendering import IncrementalRenderer, render_full
 
 TOOLS = [
     {
@@ -231,7 +231,7 @@ def test_report_prints_the_models_words_and_paths_as_text(tmp_path):
 
     from rich.console import Console
 
-    from agentrl.demo import print_report
+    from agentrl.cli.demo import print_report
 
     sample = {"response": "I will run [bold]pytest[/bold] on [red]x", "loss_mask": [1, 1]}
     row = {

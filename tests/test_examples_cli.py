@@ -7,7 +7,7 @@ import pathlib
 from click.testing import CliRunner
 
 from agentrl.cli import cli
-from agentrl.demo import example_tasks_dir
+from agentrl.cli.demo import example_tasks_dir
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.swebench import SWEBenchGrader
 from agentrl.graders.tasks import gold_patch, load_tasks

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from agentrl.adapters import anthropic, openai_chat, openai_responses
-from agentrl.rendering import IncrementalRenderer
+from agentrl.adapters.rendering import IncrementalRenderer
 from middleware_support import (
     PATH_REWRITES,
     PROTOCOL_OF_PATH,

@@ -16,7 +16,7 @@ from agentrl import hookimpl, plugins
 from agentrl.graders.base import Grader
 from agentrl.graders.check import check_task, check_tasks_command, why_tests_did_not_run
 from agentrl.graders.tasks import TaskRow
-from agentrl.stack import Stack, StackOptions
+from agentrl.rollout.stack import Stack, StackOptions
 from agentrl.types import Grade, Task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -271,7 +271,7 @@ def test_path_cli_that_cannot_run_or_be_bound_is_refused(isolated, tmp_path):
 
 def test_rollout_default_cli_dir_is_the_harness_cli_on_path(isolated, tmp_path):
     """`agentrl rollout --harness codex` with no install falls back to the codex on PATH."""
-    from agentrl.rollout_cli import _default_cli_dir
+    from agentrl.cli.rollout import _default_cli_dir
 
     home = _npm_global(
         tmp_path / "prefix",

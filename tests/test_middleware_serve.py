@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentrl.cli import cli
+from agentrl.cli.serve import run_server, serve
 from agentrl.engines.sglang import SGLangEngine
-from agentrl.serve import run_server, serve
 from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)

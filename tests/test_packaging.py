@@ -84,9 +84,7 @@ def test_wheel_runs_outside_the_checkout(wheel, tmp_path):
         timeout=300,
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    probe = (
-        "import agentrl, agentrl.demo as d; print(agentrl.__file__); print(d.example_tasks_dir())"
-    )
+    probe = "import agentrl, agentrl.cli.demo as d; print(agentrl.__file__); print(d.example_tasks_dir())"
     result = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path,

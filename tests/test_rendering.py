@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrl.rendering import (
+from agentrl.adapters.rendering import (
     IncrementalRenderer,
     RenderError,
     _boundary_ids,

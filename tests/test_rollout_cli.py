@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.rollout_cli import find_cli_dir, run_with_progress
-from agentrl.runner import Runner
+from agentrl.cli.rollout import find_cli_dir, run_with_progress
+from agentrl.rollout.runner import Runner
 from agentrl.types import Outcome
 from test_rollout import CLI_DIR, DONE, claude_solution, codex_solution
 from test_runner import FakeResult, FakeSample, _tasks
@@ -286,8 +286,8 @@ def test_summary_prints_the_out_path_as_text(capsys):
     """An --out path with square brackets is printed as written (not parsed as rich markup)."""
     import pathlib
 
-    from agentrl.rollout_cli import print_summary
-    from agentrl.runner import RunSummary
+    from agentrl.cli.rollout import print_summary
+    from agentrl.rollout.runner import RunSummary
 
     print_summary(RunSummary(), pathlib.Path("runs/[bold]eval"), evaluation=True)
     assert "outputs in runs/[bold]eval/" in capsys.readouterr().out

@@ -10,7 +10,7 @@ import threading
 import attrs
 import pytest
 
-from agentrl.runner import Runner, rollout_key
+from agentrl.rollout.runner import Runner, rollout_key
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Outcome, Task
 

@@ -17,8 +17,6 @@ import sys
 import pytest
 
 from agentrl import plugins
-from agentrl.sandboxes._e2b_errors import Verdict, classify
-from agentrl.sandboxes._e2b_options import E2BOptions, RetryPolicy
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
     ExecFailedError,
@@ -27,6 +25,8 @@ from agentrl.sandboxes.base import (
     exec_and_wait,
 )
 from agentrl.sandboxes.e2b import E2BSandbox
+from agentrl.sandboxes.e2b.errors import Verdict, classify
+from agentrl.sandboxes.e2b.options import E2BOptions, RetryPolicy
 from agentrl.testing.e2b_server import E2BServer
 from agentrl.types import Task
 

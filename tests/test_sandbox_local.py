@@ -16,9 +16,10 @@ import pytest
 from aiohttp import web
 
 from agentrl.plugins import get_sandbox
-from agentrl.sandboxes import _local_fs, _local_limits
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneError
 from agentrl.sandboxes.local import LocalSandbox, host_python_options, processes_in_namespace
+from agentrl.sandboxes.local import fs as _local_fs
+from agentrl.sandboxes.local import limits as _local_limits
 from agentrl.types import Task
 
 

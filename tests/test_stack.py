@@ -13,8 +13,8 @@ import pytest
 from agentrl import hookimpl, plugins
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.plugins import NotAvailableError
+from agentrl.rollout.stack import Stack, StackError, StackOptions, merge_sandbox_options
 from agentrl.sandboxes.base import Sandbox
-from agentrl.stack import Stack, StackError, StackOptions, merge_sandbox_options
 from agentrl.types import Task
 
 

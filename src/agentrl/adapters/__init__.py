@@ -20,6 +20,6 @@ def register_adapters(register):
 @hookimpl
 def register_commands(cli):
     """Add ``agentrl serve``."""
-    from agentrl.serve import serve
+    from agentrl.cli.serve import serve
 
     cli.add_command(serve)

@@ -36,11 +36,11 @@ from agentrl import plugins
 from agentrl.adapters import probes
 from agentrl.adapters.probes import read_json_body
 from agentrl.adapters.protocol import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.rendering import IncrementalRenderer, RenderError, render_full
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import EngineError, Generation
-from agentrl.rendering import IncrementalRenderer, RenderError, render_full
 from agentrl.tokenizers import check_chat_template_support
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnRecordedEvent

@@ -2,7 +2,7 @@
 
 A session owns its sampling policy, context budget and turn cap, a lock that keeps its
 turns from interleaving, the wire ids minted for it (so replays can be traced to their
-turn), and one :class:`~agentrl.rendering.IncrementalRenderer` per conversation chain
+turn), and one :class:`~agentrl.adapters.rendering.IncrementalRenderer` per conversation chain
 (a sub-agent or a compacted history renders with its own, so each chain re-tokenizes
 only what it appended).
 """
@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from agentrl.adapters.protocol import ProtocolError
-from agentrl.rendering import IncrementalRenderer
+from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.trajectory import common_prefix_length, message_key
 
 __all__ = [

@@ -190,7 +190,7 @@ class Service:
             self._stopped.set()
 
     async def _start(self) -> None:
-        from agentrl.stack import Stack, StackOptions
+        from agentrl.rollout.stack import Stack, StackOptions
 
         s, c = self.settings, self.config
         public_host = (

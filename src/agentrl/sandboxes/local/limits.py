@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import time
 
-from agentrl.sandboxes._local_proc import kill_until_gone
+from agentrl.sandboxes.local.proc import kill_until_gone
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,6 @@ from typing import Any, TypeVar
 import attrs
 
 from agentrl.extras import install_hint
-from agentrl.sandboxes._e2b_errors import Verdict, classify, rebuild_handle, reset_sdk_transports
-from agentrl.sandboxes._e2b_options import E2BOptions
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
     Sandbox,
@@ -38,6 +36,8 @@ from agentrl.sandboxes.base import (
     check_result,
     max_output_bytes,
 )
+from agentrl.sandboxes.e2b.errors import Verdict, classify, rebuild_handle, reset_sdk_transports
+from agentrl.sandboxes.e2b.options import E2BOptions
 from agentrl.types import ExecResult, Task
 
 __all__ = ["E2BSandbox", "RetryEvent"]
@@ -74,7 +74,7 @@ class E2BSandbox(Sandbox):
     """A sandbox on E2B (or any gateway that speaks the E2B API), driven by the e2b SDK.
 
     Options are keyword arguments; any left as None comes from the environment (see
-    ``agentrl.sandboxes._e2b_options.ENV_VARS``; ``environ`` replaces ``os.environ``).
+    ``agentrl.sandboxes.e2b.options.ENV_VARS``; ``environ`` replaces ``os.environ``).
     An image needs ``image_metadata_key``; without an image, ``template`` must be set.
     """
 

@@ -14,8 +14,8 @@ import click
 from agentrl import plugins
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
-from agentrl.runner import RETRIED_OUTCOMES, Runner, RunSummary
-from agentrl.stack import Stack, StackError, StackOptions
+from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
+from agentrl.rollout.stack import Stack, StackError, StackOptions
 from agentrl.tokenizers import TokenizerError
 from agentrl.types import Task
 

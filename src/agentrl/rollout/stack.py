@@ -172,7 +172,7 @@ class Stack:
 
     async def _start(self) -> None:
         from agentrl.adapters.base import Middleware
-        from agentrl.rollout import RolloutConfig
+        from agentrl.rollout.config import RolloutConfig
         from agentrl.tokenizers import load_tokenizer
         from agentrl.trajectory import TrajectoryManager
 
@@ -294,7 +294,7 @@ class Stack:
 
     async def rollout(self, task: Task, index: int) -> Any:
         """Run one rollout of ``task`` end to end."""
-        from agentrl.rollout import run_rollout
+        from agentrl.rollout.run import run_rollout
 
         return await run_rollout(
             task,

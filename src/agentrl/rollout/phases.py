@@ -32,7 +32,7 @@ from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task
 
 if TYPE_CHECKING:
-    from agentrl.rollout import RolloutConfig
+    from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
 

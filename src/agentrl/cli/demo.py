@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from agentrl.runner import OUTPUT_DIRS, OUTPUT_FILES
+from agentrl.rollout.runner import OUTPUT_DIRS, OUTPUT_FILES
 from agentrl.tokenizers import default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -147,8 +147,8 @@ def demo_model_dir(cache_root: pathlib.Path | None = None) -> pathlib.Path:
 
 def example_tasks_dir() -> pathlib.Path:
     """The bundled example tasks: packaged with the wheel, or the source checkout's."""
-    here = pathlib.Path(__file__).resolve().parent
-    for candidate in (here / "_examples" / "tasks", here.parents[1] / "examples" / "tasks"):
+    package = pathlib.Path(__file__).resolve().parents[1]
+    for candidate in (package / "_examples" / "tasks", package.parents[1] / "examples" / "tasks"):
         if (candidate / "scaleswe.jsonl").is_file():
             return candidate
     raise DemoError("the bundled example tasks are missing; reinstall agentrl")
@@ -227,7 +227,7 @@ def clear_run_dir(out_dir: pathlib.Path) -> list[pathlib.Path]:
 
 def demo_options(model_dir: pathlib.Path, clis: pathlib.Path, *, max_turns: int, seed: int) -> Any:
     """The stack the demo runs (see the module docstring for why each choice)."""
-    from agentrl.stack import StackOptions
+    from agentrl.rollout.stack import StackOptions
 
     return StackOptions(
         harness="claude_code",
@@ -306,9 +306,9 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from agentrl.cli.rollout import print_summary, run_stack
     from agentrl.graders.scaleswe import ScaleSWEGrader
     from agentrl.graders.tasks import load_tasks
-    from agentrl.rollout_cli import print_summary, run_stack
 
     console = Console()
     out_dir = pathlib.Path(out)

@@ -61,10 +61,10 @@ def plugins(as_json: bool) -> None:
 
 
 def _add_builtin_commands() -> None:
-    from agentrl.demo import demo_command
-    from agentrl.examples_cli import examples_command
+    from agentrl.cli.demo import demo_command
+    from agentrl.cli.examples import examples_command
+    from agentrl.cli.rollout import rollout_command
     from agentrl.harnesses.install_clis import install_clis_command
-    from agentrl.rollout_cli import rollout_command
 
     cli.add_command(rollout_command)
     cli.add_command(demo_command)
@@ -93,7 +93,3 @@ def main(argv: list[str] | None = None) -> None:
     except PluginError as exc:
         click.echo(f"agentrl: plugin error: {exc}", err=True)
         sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl.sandboxes._local_proc import DEFAULT_PATH
 from agentrl.sandboxes.base import SandboxError
+from agentrl.sandboxes.local.proc import DEFAULT_PATH
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import shutil
 
 import click
 
-from agentrl.demo import DemoError, example_tasks_dir
+from agentrl.cli.demo import DemoError, example_tasks_dir
 
 __all__ = ["copy_examples", "example_files", "examples_command"]
 

@@ -2,7 +2,7 @@
 
 One long-lived bubblewrap instance per sandbox (so files, background processes and the
 service relays persist between execs); every exec is a request file the in-sandbox
-``init.sh`` picks up from a FIFO (see ``_local_scripts``). Isolation: all namespaces
+``init.sh`` picks up from a FIFO (see ``scripts``). Isolation: all namespaces
 unshared (no network), a new session, no capabilities, a read-only root (the host's system
 directories or an image), a private workspace (overlayfs over the task's repository, or a
 copy), private tmpfs ``/tmp`` and homes, host secrets masked, memory and process limits.
@@ -27,12 +27,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl.sandboxes import _local_fs as fs
-from agentrl.sandboxes import _local_proc as proc
-from agentrl.sandboxes._local_fs import host_python_options
-from agentrl.sandboxes._local_limits import Limits
-from agentrl.sandboxes._local_proc import processes_in_namespace
-from agentrl.sandboxes._local_scripts import BIN, CTL, INIT_SH, RUN_SH, SERVICES
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
     Sandbox,
@@ -42,6 +36,11 @@ from agentrl.sandboxes.base import (
     check_result,
 )
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
+from agentrl.sandboxes.local import fs, proc
+from agentrl.sandboxes.local.fs import host_python_options
+from agentrl.sandboxes.local.limits import Limits
+from agentrl.sandboxes.local.proc import processes_in_namespace
+from agentrl.sandboxes.local.scripts import BIN, CTL, INIT_SH, RUN_SH, SERVICES
 from agentrl.types import ExecResult, Task
 
 __all__ = ["LocalSandbox", "host_python_options", "processes_in_namespace"]
