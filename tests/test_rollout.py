@@ -260,6 +260,33 @@ async def test_claude_code_solves_the_example_task(task, sandboxes, middleware, 
     assert all(sandbox._closed for sandbox in sandboxes.built) and len(sandboxes.built) == 2
 
 
+async def test_agent_and_grading_sandboxes_boot_under_the_boot_semaphore(
+    task, sandboxes, middleware, scripted_engine
+):
+    """The grading sandbox starts through the rollout's boot path: under boot_semaphore."""
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+    gate = asyncio.Semaphore(1)
+    held_at_start: list[bool] = []
+
+    class GatedSandbox(LocalSandbox):
+        async def start(self) -> None:
+            held_at_start.append(gate.locked())
+            await super().start()
+
+    def factory(task):
+        sandbox = GatedSandbox.from_task(task, **sandboxes.options)
+        sandboxes.built.append(sandbox)
+        return sandbox
+
+    harness = sandboxes.harness("claude_code")
+    result = await rollout(task, harness, factory, middleware, boot_semaphore=gate)
+
+    assert result.outcome is Outcome.SOLVED, result.error
+    assert held_at_start == [True, True]  # the agent's boot, then the grader's
+    assert not gate.locked() and all(sandbox._closed for sandbox in sandboxes.built)
+
+
 async def test_codex_solves_the_example_task(task, sandboxes, middleware, scripted_engine):
     """Codex reads with exec_command, patches with apply_patch, runs the tests: reward 1.0."""
     for reply in codex_solution():

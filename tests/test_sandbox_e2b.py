@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from agentrl import plugins
+from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
     ExecFailedError,
@@ -26,7 +27,7 @@ from agentrl.sandboxes.base import (
 )
 from agentrl.sandboxes.e2b import E2BSandbox
 from agentrl.sandboxes.e2b.errors import Verdict, classify
-from agentrl.sandboxes.e2b.options import E2BOptions, RetryPolicy
+from agentrl.sandboxes.e2b.options import E2BOptions
 from agentrl.testing.e2b_server import E2BServer
 from agentrl.types import Task
 
@@ -544,13 +545,19 @@ def test_url_for_is_the_routable_host_address(caplog):
     assert "loopback" in caplog.text
 
 
-def test_backoff_is_jittered_exponential_and_capped():
-    """Delay n is uniform in [0, min(cap, base * 2**n)]; consecutive draws differ."""
-    policy = RetryPolicy(retries=6, base_sec=1.0, cap_sec=8.0)
-    assert [policy.ceiling(n) for n in range(6)] == [1, 2, 4, 8, 8, 8]
+def test_backoff_options_make_the_shared_full_jitter_policy():
+    """rpc_retries, backoff_base_sec and backoff_cap_sec map onto agentrl.retry's policy:
+    retries + 1 attempts, delay n uniform in [0, min(cap, base * 2**(n-1))]."""
+    options = E2BOptions.resolve(
+        {"AGENTRL_E2B_RPC_RETRIES": "6", "AGENTRL_E2B_BACKOFF_BASE_SEC": "1.5"},
+        backoff_cap_sec=8.0,
+    )
+    policy = options.retry_policy
+    assert policy == RetryPolicy(attempts=7, base=1.5, cap=8.0, jitter=1.0)
+    assert [policy.ceiling(n) for n in range(1, 7)] == [1.5, 3, 6, 8, 8, 8]
     rng = random.Random(3)
-    delays = [policy.delay(n, rng) for n in range(6)]
-    assert all(0 <= d <= policy.ceiling(n) for n, d in enumerate(delays))
+    delays = [policy.delay(n, rng) for n in range(1, 7)]
+    assert all(0 <= d <= policy.ceiling(n) for n, d in enumerate(delays, start=1))
     assert len(set(delays)) == 6
 
 

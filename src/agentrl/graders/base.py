@@ -1,4 +1,8 @@
-"""The grader contract: parse a task row, say if it can be graded, grade a diff."""
+"""The grader contract: parse a task row, say if it can be graded, grade a diff.
+
+``Grader.grade`` is one pipeline for every grader (check → fresh sandbox → setup → apply
+→ evaluate → a Grade); a grader writes the steps that differ, ``evaluate`` at least.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +12,27 @@ import contextlib
 import logging
 import os
 import pathlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from agentrl.graders.patching import SCALESWE_LADDER, PatchOutcome, apply_patch
 from agentrl.graders.tasks import resolve_host_path
 from agentrl.plugin_options import keyword_parameters
-from agentrl.sandboxes.base import Sandbox, SandboxError
-from agentrl.types import Grade, Task
+from agentrl.sandboxes.base import Sandbox, exec_and_wait
+from agentrl.sandboxes.boot import Booter, BootError, SandboxFactory
+from agentrl.types import ExecResult, Grade, Task
 
 __all__ = [
     "DEFAULT_GRADE_TIMEOUT",
+    "EVALUATE_MARGIN",
     "GRADE_DIR",
     "Grader",
     "SandboxFactory",
     "cannot_grade",
     "fresh_sandbox",
+    "grade_diff",
     "grade_timeout",
     "grader_failed",
     "grading_timed_out",
@@ -34,14 +42,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Builds a fresh (not yet started) sandbox for a task; graders never reuse the agent's.
-SandboxFactory = Callable[[Task], Sandbox]
-
 #: Grading files live here in the sandbox, away from the repository.
 GRADE_DIR = "/tmp/agentrl-grade"
 
 #: Seconds a grading run (the tests, not the sandbox boot) may take by default.
 DEFAULT_GRADE_TIMEOUT = 600.0
+#: Seconds ``evaluate`` may take beyond the grading budget (reading results, parsing logs).
+EVALUATE_MARGIN = 120.0
 
 _GraderT = TypeVar("_GraderT", bound="Grader")
 
@@ -115,42 +122,52 @@ def grading_timed_out(timeout: float, details: dict[str, Any]) -> Grade:
 
 @contextlib.asynccontextmanager
 async def fresh_sandbox(
-    sandbox_factory: SandboxFactory, task: Task, *, boot_retries: int = 2, backoff: float = 0.5
+    sandbox_factory: SandboxFactory, task: Task, *, booter: Booter | None = None
 ) -> AsyncIterator[Sandbox]:
-    """A new sandbox from ``sandbox_factory``, started and destroyed on exit.
+    """A new sandbox from ``sandbox_factory``, started by ``booter`` and closed on exit.
 
-    A failed boot is retried ``boot_retries`` times with a new sandbox: nothing has run
-    in it yet, so a retry cannot change what is graded.
+    The boot is retried by the booter's policy (default: :class:`Booter`'s); when every
+    attempt failed, the last attempt's error is raised.
     """
-    attempt = 0
-    while True:
-        sandbox = sandbox_factory(task)
-        try:
-            await sandbox.start()
-            break
-        except (SandboxError, OSError) as exc:
-            await sandbox.aclose()
-            if attempt >= boot_retries:
-                raise
-            attempt += 1
-            logger.warning(
-                "%s: grading sandbox failed to boot (%s); retry %d of %d",
-                task.instance_id,
-                exc,
-                attempt,
-                boot_retries,
-            )
-            await asyncio.sleep(backoff * attempt)
+    try:
+        sandbox = await (booter or Booter()).boot(sandbox_factory, task, what="grading sandbox")
+    except BootError as exc:
+        logger.warning("%s: %s", task.instance_id, exc)
+        raise exc.last from None
     try:
         yield sandbox
     finally:
         await sandbox.aclose()
 
 
+async def grade_diff(
+    grader: Grader,
+    task: Task,
+    diff: str,
+    sandbox_factory: SandboxFactory,
+    *,
+    booter: Booter | None = None,
+) -> Grade:
+    """``grader.grade``, its grading sandbox started by ``booter`` (the rollout's boot path).
+
+    A grader that overrides ``grade()`` itself (written for the contract before the shared
+    pipeline) is called with the three arguments it takes and starts its own sandbox.
+    """
+    if type(grader).grade is Grader.grade:
+        return await grader.grade(task, diff, sandbox_factory, booter=booter)
+    return await grader.grade(task, diff, sandbox_factory)
+
+
 class Grader(abc.ABC):
     """Grades an agent's diff in a fresh sandbox built from the task's image."""
 
     name: ClassVar[str]
+    #: The grading budget in seconds (graders set their own, see :func:`grade_timeout`).
+    timeout: float = DEFAULT_GRADE_TIMEOUT
+    #: The sandbox user grading commands run as.
+    user: str = "root"
+    #: The most characters of a log (a failed apply's, the tests') kept in a grade's details.
+    log_tail: ClassVar[int] = 4000
 
     @classmethod
     def from_options(
@@ -215,6 +232,109 @@ class Grader(abc.ABC):
         """
         return {}
 
-    @abc.abstractmethod
-    async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
-        """Apply ``diff`` in a fresh sandbox and grade it; errors become ``Grade.error``."""
+    # -- the grading pipeline ----------------------------------------------------------------
+    async def grade(
+        self,
+        task: Task,
+        diff: str,
+        sandbox_factory: SandboxFactory,
+        *,
+        booter: Booter | None = None,
+    ) -> Grade:
+        """Apply ``diff`` in a fresh sandbox and grade it; errors become ``Grade.error``.
+
+        One pipeline for every grader: :meth:`check` (in a thread: it may block), a fresh
+        sandbox from ``sandbox_factory`` started by ``booter`` (retry, boot timeout and the
+        shared boot semaphore; default :class:`Booter`), :meth:`setup`, :meth:`apply`, and
+        :meth:`evaluate` under the grading budget. A refused task is :func:`cannot_grade`,
+        a diff that does not apply is a reward of 0 with ``applied_cleanly=False``, tests
+        past the budget are :func:`grading_timed_out`, anything that breaks is
+        :func:`grader_failed`; the sandbox is always closed. Subclasses write the steps.
+        """
+        reason = await asyncio.to_thread(self.check, task)
+        if reason:
+            return cannot_grade(reason)
+        details: dict[str, Any] = {}
+        try:
+            async with fresh_sandbox(sandbox_factory, task, booter=booter) as sandbox:
+                details.update(await self.setup(sandbox, task))
+                patch = await self.apply(sandbox, task, diff)
+                details["patch_method"] = patch.method
+                if patch.restored:
+                    details["restored_test_files"] = list(patch.restored)
+                if not patch.applied:
+                    details["apply_log"] = patch.log[-self.log_tail :]
+                    return Grade(reward=0.0, applied_cleanly=False, details=details)
+                return await self._evaluate_in_budget(sandbox, task, diff, details)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("grading %s failed: %r", task.instance_id, exc)
+            return grader_failed(exc)
+
+    async def _evaluate_in_budget(
+        self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
+    ) -> Grade:
+        # The graders time their test runs themselves; this backstop ends an evaluation
+        # whose sandbox stopped answering.
+        evaluation = asyncio.ensure_future(self.evaluate(sandbox, task, diff, details))
+        try:
+            await asyncio.wait({evaluation}, timeout=self.timeout + EVALUATE_MARGIN)
+        finally:
+            if not evaluation.done():
+                evaluation.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await evaluation
+        if evaluation.cancelled():
+            return grading_timed_out(self.timeout, details)
+        return evaluation.result()
+
+    async def setup(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
+        """Ready the started grading sandbox for the diff; returns what goes in the details.
+
+        By default :meth:`prepare`, so the diff applies to the base it was made on.
+        """
+        return dict(await self.prepare(sandbox, task))
+
+    async def apply(self, sandbox: Sandbox, task: Task, diff: str) -> PatchOutcome:
+        """Apply ``diff`` in the workdir with :meth:`patch_ladder`, keeping
+        :meth:`protected_paths` as they were."""
+        return await apply_patch(
+            sandbox,
+            task.workdir,
+            diff,
+            ladder=await self.patch_ladder(),
+            protect=self.protected_paths(task),
+            user=self.user,
+        )
+
+    async def patch_ladder(self) -> Sequence[str]:
+        """The apply commands to try in order (see ``agentrl.graders.patching``)."""
+        return SCALESWE_LADDER
+
+    def protected_paths(self, task: Task) -> Sequence[str]:
+        """Paths (globs, directories) a diff may not change during grading; none by default."""
+        return ()
+
+    async def run_tests(self, sandbox: Sandbox, task: Task, command: str) -> ExecResult:
+        """Run ``command`` in the workdir as :attr:`user` under the grading budget.
+
+        A run past :attr:`timeout` is killed and comes back with exit code
+        ``EXIT_TIME_BUDGET_EXCEEDED`` (grade it with :func:`grading_timed_out`).
+        """
+        return await exec_and_wait(
+            sandbox, command, time_budget=self.timeout, user=self.user, workdir=task.workdir
+        )
+
+    async def evaluate(
+        self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
+    ) -> Grade:
+        """Run the tests on the applied diff and grade them; ``details`` has what ran so far.
+
+        Called under the grading budget (``timeout`` plus a margin for reading results);
+        every grader that uses the shared :meth:`grade` writes this.
+        """
+        raise NotImplementedError(
+            f"grader {self.name!r} ({type(self).__qualname__}) implements neither evaluate() "
+            "nor grade()"
+        )

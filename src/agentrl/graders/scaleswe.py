@@ -9,7 +9,6 @@ solved).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import pathlib
@@ -22,20 +21,11 @@ import attrs
 from agentrl.graders.base import (
     GRADE_DIR,
     Grader,
-    SandboxFactory,
-    cannot_grade,
-    fresh_sandbox,
     grade_timeout,
-    grader_failed,
     grading_timed_out,
     sandbox_source_problem,
 )
-from agentrl.graders.patching import (
-    DEFAULT_TEST_PATTERNS,
-    SCALESWE_LADDER,
-    apply_patch,
-    ensure_git_baseline,
-)
+from agentrl.graders.patching import DEFAULT_TEST_PATTERNS, SCALESWE_LADDER, ensure_git_baseline
 from agentrl.graders.tasks import (
     optional_str,
     parse_common,
@@ -44,7 +34,7 @@ from agentrl.graders.tasks import (
     resolve_host_path,
 )
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
-from agentrl.types import Grade, Task
+from agentrl.types import ExecResult, Grade, Task
 
 __all__ = ["ScaleSWEGrader"]
 
@@ -243,41 +233,24 @@ class ScaleSWEGrader(Grader):
         return result.exit_code
 
     # -- grading ---------------------------------------------------------------------------
-    async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
-        reason = self.check(task)
-        if reason:
-            return cannot_grade(reason)
-        try:
-            async with fresh_sandbox(sandbox_factory, task) as sandbox:
-                return await self._grade_in(sandbox, task, diff)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.warning("grading %s failed: %r", task.instance_id, exc)
-            return grader_failed(exc)
+    async def setup(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
+        method = task.grading["method"]
+        if method == "swepro":
+            await self._upload_swepro(sandbox, task.grading["swepro"])
+        return {"method": method, **await self.prepare(sandbox, task)}
 
-    async def _grade_in(self, sandbox: Sandbox, task: Task, diff: str) -> Grade:
+    async def patch_ladder(self) -> Sequence[str]:
+        return self.ladder
+
+    def protected_paths(self, task: Task) -> Sequence[str]:
+        patterns = task.grading.get("test_files")
+        return self.test_patterns if patterns is None else patterns
+
+    async def evaluate(
+        self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
+    ) -> Grade:
         grading = task.grading
         method = grading["method"]
-        details: dict[str, Any] = {"method": method}
-        if method == "swepro":
-            await self._upload_swepro(sandbox, grading["swepro"])
-        details.update(await self.prepare(sandbox, task))
-        patterns = grading.get("test_files")
-        patch = await apply_patch(
-            sandbox,
-            task.workdir,
-            diff,
-            ladder=self.ladder,
-            protect=self.test_patterns if patterns is None else patterns,
-            user=self.user,
-        )
-        details["patch_method"] = patch.method
-        if patch.restored:
-            details["restored_test_files"] = list(patch.restored)
-        if not patch.applied:
-            details["apply_log"] = _tail(patch.log)
-            return Grade(reward=0.0, applied_cleanly=False, details=details)
         if method == "swepro":
             return await self._run_swepro(sandbox, task, details)
         if method == "eval_cmd":
@@ -291,12 +264,9 @@ class ScaleSWEGrader(Grader):
                 f"{task.workdir}/{F2P_FILE}", grading["f2p_script"], user=self.user
             )
             command = f'py="$(command -v python || command -v python3)" && "$py" {F2P_FILE}'
-        result = await exec_and_wait(
-            sandbox, command, time_budget=self.timeout, user=self.user, workdir=task.workdir
-        )
-        return self._exit_grade(result, details)
+        return self._exit_grade(await self.run_tests(sandbox, task, command), details)
 
-    def _exit_grade(self, result: Any, details: dict[str, Any]) -> Grade:
+    def _exit_grade(self, result: ExecResult, details: dict[str, Any]) -> Grade:
         details["exit_code"] = result.exit_code
         details["output_tail"] = _tail(result.stdout + result.stderr)
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
@@ -317,12 +287,10 @@ class ScaleSWEGrader(Grader):
         swepro = task.grading["swepro"]
         here = f"{GRADE_DIR}/swepro"
         selected = shlex.quote(",".join(swepro["selected_test_files"]))
-        run = await exec_and_wait(
+        run = await self.run_tests(
             sandbox,
+            task,
             f"bash {here}/run_script.sh {selected} > {here}/stdout.log 2> {here}/stderr.log",
-            time_budget=self.timeout,
-            user=self.user,
-            workdir=task.workdir,
         )
         details["exit_code"] = run.exit_code
         if run.exit_code == EXIT_TIME_BUDGET_EXCEEDED:

@@ -26,22 +26,13 @@ from agentrl.extras import install_hint
 from agentrl.graders.base import (
     GRADE_DIR,
     Grader,
-    SandboxFactory,
-    cannot_grade,
-    fresh_sandbox,
     grade_timeout,
-    grader_failed,
     grading_timed_out,
     sandbox_source_problem,
 )
-from agentrl.graders.patching import (
-    GIT_ANY_OWNER,
-    apply_patch,
-    ensure_git_baseline,
-    swebench_ladder,
-)
+from agentrl.graders.patching import GIT_ANY_OWNER, ensure_git_baseline, swebench_ladder
 from agentrl.graders.tasks import optional_str, parse_common, prompt_text
-from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
+from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox
 from agentrl.types import Grade, Task
 
 __all__ = ["SWEBenchGrader", "eval_report", "load_make_test_spec"]
@@ -52,7 +43,6 @@ START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
 #: Instance fields swebench 5.x reads from the instance instead of its own per-repo specs.
 V5_FIELDS = ("eval_script", "log_parser", "eval_type")
-_LOG_TAIL = 2000
 #: Where ``make_test_spec`` lives: swebench 4.x, 3.x, then 5.x.
 _SPEC_MODULES = (
     "swebench.harness.test_spec.test_spec",
@@ -133,6 +123,7 @@ class SWEBenchGrader(Grader):
     """Grades SWE-bench instances with the installed swebench's spec, ladder and report."""
 
     name = "swebench"
+    log_tail = 2000
 
     def __init__(
         self,
@@ -245,45 +236,25 @@ class SWEBenchGrader(Grader):
         created = await ensure_git_baseline(sandbox, task.workdir, user=self.user)
         return {"git_baseline_created": True} if created else {}
 
-    async def grade(self, task: Task, diff: str, sandbox_factory: SandboxFactory) -> Grade:
-        reason = await asyncio.to_thread(self.check, task)
-        if reason:
-            return cannot_grade(reason)
-        try:
-            spec = await asyncio.to_thread(self.build_test_spec, task)
-            ladder = self.ladder or await asyncio.to_thread(swebench_ladder)
-            async with fresh_sandbox(sandbox_factory, task) as sandbox:
-                details = await self.prepare(sandbox, task)
-                patch = await apply_patch(
-                    sandbox, task.workdir, diff, ladder=ladder, user=self.user
-                )
-                details["patch_method"] = patch.method
-                if not patch.applied:
-                    details["apply_log"] = patch.log[-_LOG_TAIL:]
-                    return Grade(reward=0.0, applied_cleanly=False, details=details)
-                script = f"{GRADE_DIR}/eval.sh"
-                await sandbox.write_file(script, spec.eval_script, user=self.user)
-                result = await exec_and_wait(
-                    sandbox,
-                    f"{GIT_ANY_OWNER}; bash {script} 2>&1",
-                    time_budget=self.timeout,
-                    user=self.user,
-                    workdir=task.workdir,
-                )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.warning("grading %s failed: %r", task.instance_id, exc)
-            return grader_failed(exc)
+    async def patch_ladder(self) -> Sequence[str]:
+        return self.ladder or await asyncio.to_thread(swebench_ladder)
+
+    async def evaluate(
+        self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
+    ) -> Grade:
+        spec = await asyncio.to_thread(self.build_test_spec, task)
+        script = f"{GRADE_DIR}/eval.sh"
+        await sandbox.write_file(script, spec.eval_script, user=self.user)
+        result = await self.run_tests(sandbox, task, f"{GIT_ANY_OWNER}; bash {script} 2>&1")
         log = result.stdout + result.stderr
         details["eval_exit_code"] = result.exit_code
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
-            details["log_tail"] = log[-_LOG_TAIL:]
+            details["log_tail"] = log[-self.log_tail :]
             return grading_timed_out(self.timeout, details)
         try:
             info = await asyncio.to_thread(eval_report, spec, task.instance_id, diff, log)
         except Exception as exc:
-            details["log_tail"] = log[-_LOG_TAIL:]
+            details["log_tail"] = log[-self.log_tail :]
             return Grade(
                 reward=0.0,
                 error=f"swebench could not grade the log: {type(exc).__name__}: {exc}",
@@ -305,7 +276,7 @@ class SWEBenchGrader(Grader):
             pass_to_pass=p2p,
         )
         if not resolved and not (f2p["total"] or p2p["total"]):
-            details["log_tail"] = log[-_LOG_TAIL:]
+            details["log_tail"] = log[-self.log_tail :]
         if info.get("infra_failure"):
             return Grade(
                 reward=0.0,

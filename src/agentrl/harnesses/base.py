@@ -24,14 +24,10 @@ from typing import Any, ClassVar
 import attrs
 
 from agentrl.harnesses.errors import HarnessError
-from agentrl.harnesses.npm import (
-    TRANSIENT_NPM,
-    jittered_backoff,
-    npm_install_specs,
-    package_bin,
-)
+from agentrl.harnesses.npm import jittered_backoff, npm_install_specs, package_bin, run_npm_install
 from agentrl.harnesses.options import parse_extra_args, parse_extra_env
 from agentrl.plugin_options import check_option_keys, keyword_parameters
+from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     Sandbox,
@@ -352,28 +348,11 @@ class Harness(abc.ABC):
             f"npm install -g --no-save --loglevel=error{offline} "
             + " ".join(map(shlex.quote, remote))
         )
-        for attempt in range(1, self.install_attempts + 1):
-            result = await sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False)
-            if result.exit_code == 0:
-                break
-            output = (result.stderr + "\n" + result.stdout).strip()
-            transient = bool(TRANSIENT_NPM.search(output))
-            if not transient or attempt == self.install_attempts:
-                raise HarnessError(
-                    f"{self.name}: `npm install -g` of {', '.join(self.tarballs)} failed "
-                    f"(exit {result.exit_code}, attempt {attempt}/{self.install_attempts}"
-                    f"{', transient' if transient else ''}): {output[-1500:]}"
-                )
-            delay = jittered_backoff(attempt, base=self.install_backoff)
-            logger.warning(
-                "%s: npm install failed transiently (attempt %d/%d), retrying in %.1fs: %s",
-                self.name,
-                attempt,
-                self.install_attempts,
-                delay,
-                output[-300:],
-            )
-            await asyncio.sleep(delay)
+        await run_npm_install(
+            lambda: sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False),
+            what=f"{self.name}: `npm install -g` of {', '.join(self.tarballs)}",
+            policy=RetryPolicy(attempts=self.install_attempts, base=self.install_backoff),
+        )
         return await self._find_in_prefix(sandbox, prefix)
 
     async def _find_in_prefix(self, sandbox: Sandbox, prefix: str) -> str:

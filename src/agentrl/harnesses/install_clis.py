@@ -32,7 +32,8 @@ import click
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
-from agentrl.harnesses.npm import TRANSIENT_NPM, jittered_backoff, npm_package_dir
+from agentrl.harnesses.npm import is_transient_npm, npm_package_dir
+from agentrl.retry import RetryPolicy
 from agentrl.tokenizers import default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -185,14 +186,14 @@ def _npm_install(npm: str, cli: PinnedCli, dest: pathlib.Path, attempts: int) ->
         if proc.returncode == 0:
             break
         output = (proc.stderr + "\n" + proc.stdout).strip()
-        transient = bool(TRANSIENT_NPM.search(output))
+        transient = is_transient_npm(output)
         if not transient or attempt == attempts:
             raise HarnessError(
                 f"`npm install {cli.spec}` failed (exit {proc.returncode}, attempt "
                 f"{attempt}/{attempts}): {output[-1500:] or 'no output'}; check the version "
                 "and your access to the npm registry, then rerun agentrl install-clis"
             )
-        delay = jittered_backoff(attempt)
+        delay = RetryPolicy(attempts=attempts).delay(attempt)
         logger.warning("npm install %s failed transiently, retrying in %.1fs", cli.spec, delay)
         time.sleep(delay)
     if not os.access(cli.executable(dest), os.X_OK):

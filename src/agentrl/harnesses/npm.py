@@ -1,24 +1,31 @@
-"""npm helpers for installing an agent CLI from host-side tarballs."""
+"""npm helpers for installing an agent CLI from host-side tarballs, retried by ``agentrl.retry``."""
 
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
-import random
 import re
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentrl.harnesses.errors import HarnessError
+from agentrl.retry import RetryPolicy, retry
+from agentrl.types import ExecResult
 
 __all__ = [
     "TRANSIENT_NPM",
+    "NpmInstallError",
+    "is_transient_npm",
     "jittered_backoff",
     "npm_install_specs",
     "npm_package_dir",
     "package_bin",
+    "run_npm_install",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: npm failures worth retrying: network trouble and registry hiccups, not bad packages.
 TRANSIENT_NPM = re.compile(
@@ -28,9 +35,67 @@ TRANSIENT_NPM = re.compile(
 )
 
 
+class NpmInstallError(HarnessError):
+    """One ``npm install`` that failed; ``transient`` when its output says a retry may help."""
+
+    def __init__(self, message: str, *, output: str, transient: bool) -> None:
+        super().__init__(message)
+        self.output = output
+        self.transient = transient
+
+
+def is_transient_npm(output: str) -> bool:
+    """Whether npm's ``output`` names network trouble or a registry hiccup (worth a retry)."""
+    return bool(TRANSIENT_NPM.search(output))
+
+
+def _transient_failure(exc: Exception) -> bool:
+    return isinstance(exc, NpmInstallError) and exc.transient
+
+
+async def run_npm_install(
+    run: Callable[[], Awaitable[ExecResult]], *, what: str, policy: RetryPolicy
+) -> None:
+    """Await ``run`` (an ``npm install`` in a sandbox) until it exits 0.
+
+    A failure whose output is transient (:data:`TRANSIENT_NPM`) is retried by ``policy``;
+    any other, or the last attempt's, raises ``NpmInstallError`` naming ``what``, the exit
+    code, the attempt and npm's output.
+    """
+    tried = 0
+
+    async def install_once() -> None:
+        nonlocal tried
+        tried += 1
+        result = await run()
+        if result.exit_code == 0:
+            return
+        output = (result.stderr + "\n" + result.stdout).strip()
+        transient = is_transient_npm(output)
+        raise NpmInstallError(
+            f"{what} failed (exit {result.exit_code}, attempt {tried}/{policy.attempts}"
+            f"{', transient' if transient else ''}): {output[-1500:]}",
+            output=output,
+            transient=transient,
+        )
+
+    def on_retry(attempt: int, exc: Exception, delay: float) -> None:
+        output = exc.output if isinstance(exc, NpmInstallError) else str(exc)
+        logger.warning(
+            "%s failed transiently (attempt %d/%d), retrying in %.1fs: %s",
+            what,
+            attempt,
+            policy.attempts,
+            delay,
+            output[-300:],
+        )
+
+    await retry(install_once, policy=policy, retryable=_transient_failure, on_retry=on_retry)
+
+
 def jittered_backoff(attempt: int, *, base: float = 1.0, cap: float = 30.0) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): exponential, capped, full jitter."""
-    return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
+    """Seconds to wait after failed attempt ``attempt`` (1-based): ``RetryPolicy.delay``."""
+    return RetryPolicy(base=base, cap=cap).delay(attempt)
 
 
 def _package_json(tarball: str) -> dict[str, Any]:

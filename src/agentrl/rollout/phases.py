@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import plugins
-from agentrl.graders.base import Grader, SandboxFactory, grader_failed
-from agentrl.harnesses.base import (
-    EXIT_TIME_BUDGET_EXCEEDED,
-    Harness,
-    HarnessContext,
-    jittered_backoff,
-)
+from agentrl.graders.base import Grader, SandboxFactory, grade_diff, grader_failed
+from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessContext
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
 from agentrl.hookspecs import hookimpl
 from agentrl.sandboxes.base import Sandbox, SandboxError
+from agentrl.sandboxes.boot import Booter, BootError
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task
 
@@ -123,7 +119,7 @@ class Phases:
     middleware: Any
     config: RolloutConfig
     sampling_params: dict[str, Any]
-    boot_semaphore: asyncio.Semaphore | None
+    booter: Booter
     prompt: str
     state: State
 
@@ -236,39 +232,10 @@ class Phases:
         return token
 
     async def _boot(self) -> Sandbox:
-        config, errors = self.config, []
-        attempts = config.boot_retries + 1
-        for attempt in range(1, attempts + 1):
-            sandbox: Sandbox | None = None
-            try:
-                sandbox = self.sandbox_factory(self.task)
-                async with self.boot_semaphore or contextlib.nullcontext():
-                    await asyncio.wait_for(sandbox.start(), config.boot_timeout)
-                return sandbox
-            except asyncio.CancelledError:
-                if sandbox is not None:
-                    await sandbox.aclose()
-                raise
-            except Exception as exc:
-                if sandbox is not None:
-                    await sandbox.aclose()
-                detail = str(exc) or f"no start within {config.boot_timeout:g}s"
-                errors.append(f"attempt {attempt}: {type(exc).__name__}: {detail}")
-                transient = isinstance(exc, (SandboxError, OSError, asyncio.TimeoutError))
-                if not transient or attempt == attempts:
-                    break
-                delay = jittered_backoff(attempt, base=config.boot_backoff)
-                logger.warning(
-                    "sandbox boot for %s failed (%s); retry in %.1fs",
-                    self.task.instance_id,
-                    errors[-1],
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        raise Failure(
-            Outcome.INFRA_ERROR,
-            f"the agent sandbox did not boot ({len(errors)} attempt(s)): " + "; ".join(errors),
-        )
+        try:
+            return await self.booter.boot(self.sandbox_factory, self.task, what="agent sandbox")
+        except BootError as exc:
+            raise Failure(Outcome.INFRA_ERROR, str(exc)) from exc
 
     async def _grade(self) -> Grade:
         diff, config, grader = self.state.diff, self.config, self.grader
@@ -278,7 +245,7 @@ class Phases:
             # The grader times its own test run (and reports it in detail); this outer
             # guard also covers booting and preparing the grading sandbox.
             return await asyncio.wait_for(
-                grader.grade(self.task, diff, self.sandbox_factory),
+                grade_diff(grader, self.task, diff, self.sandbox_factory, booter=self.booter),
                 timeout=config.eval_timeout + GRADE_SETUP_MARGIN,
             )
         except asyncio.TimeoutError:

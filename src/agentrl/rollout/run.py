@@ -6,14 +6,14 @@
                                sandbox_factory=factory, middleware=mw, config=RolloutConfig())
 
 Phases (each timed in ``result.timings``): ``boot`` the agent sandbox (bounded by
-``boot_semaphore``, retried with jittered backoff) → ``prepare`` the workspace
-(the grader's ``prepare``: ``task.pre_commands`` and the like; a baseline snapshot;
-``PROBLEM_STATEMENT.md``; the agent user owns
-the workdir) and open a middleware session → ``install`` and configure the harness →
-``agent`` (the CLI, under ``agent_time_budget``) → ``diff`` against the baseline →
-``grade`` in a fresh sandbox (the agent's is closed first) → ``finish`` the session with
-the reward. An outer guard (``guard_timeout``) bounds everything; the session is always
-dropped and the sandbox always closed.
+``boot_semaphore``, retried with jittered backoff by ``agentrl.sandboxes.boot``) →
+``prepare`` the workspace (the grader's ``prepare``: ``task.pre_commands`` and the like;
+a baseline snapshot; ``PROBLEM_STATEMENT.md``; the agent user owns the workdir) and open
+a middleware session → ``install`` and configure the harness → ``agent`` (the CLI, under
+``agent_time_budget``) → ``diff`` against the baseline → ``grade`` in a fresh sandbox
+(the agent's is closed first; booted the same way, under the same semaphore) →
+``finish`` the session with the reward. An outer guard (``guard_timeout``) bounds
+everything; the session is always dropped and the sandbox always closed.
 
 Outcomes: infrastructure and grader failures are never a reward of 0 that trains the
 policy: their results say ``remove_sample``.
@@ -32,12 +32,14 @@ import attrs
 from agentrl import plugins
 from agentrl.graders.base import Grader, SandboxFactory
 from agentrl.harnesses.base import Harness
+from agentrl.retry import RetryPolicy
 from agentrl.rollout.config import RolloutConfig, render_prompt
 from agentrl.rollout.phases import Phases, State
+from agentrl.sandboxes.boot import Booter
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task
 
-__all__ = ["RolloutResult", "run_rollout"]
+__all__ = ["RolloutResult", "rollout_booter", "run_rollout"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,17 @@ class RolloutResult:
         }
 
 
+def rollout_booter(config: RolloutConfig, semaphore: asyncio.Semaphore | None) -> Booter:
+    """The booter for a rollout's agent and grading sandboxes: ``config``'s retry policy
+    (``boot_retries`` after the first attempt, ``boot_backoff`` seconds growing from
+    there) and ``boot_timeout``, waiting on ``semaphore``."""
+    return Booter(
+        policy=RetryPolicy.from_retries(config.boot_retries, base=config.boot_backoff),
+        timeout=config.boot_timeout,
+        semaphore=semaphore,
+    )
+
+
 async def run_rollout(
     task: Task,
     *,
@@ -109,8 +122,11 @@ async def run_rollout(
     """Run ``task`` once with ``harness`` and return its typed, graded result.
 
     ``sandbox_factory(task)`` builds a fresh (not started) sandbox; it is used for the
-    agent and again, by the grader, for grading. ``sampling_params`` become the session's
-    sampling defaults. Never raises for a failed rollout (only for cancellation).
+    agent and again, by the grader, for grading. Both boots go through one
+    :class:`~agentrl.sandboxes.boot.Booter` (``config``'s boot retries, backoff and timeout)
+    and wait on ``boot_semaphore`` when given, so it bounds grading boots too.
+    ``sampling_params`` become the session's sampling defaults. Never raises for a failed
+    rollout (only for cancellation).
     """
     cfg = config or RolloutConfig()
     rollout = Phases(
@@ -121,7 +137,7 @@ async def run_rollout(
         middleware=middleware,
         config=cfg,
         sampling_params=dict(sampling_params or {}),
-        boot_semaphore=boot_semaphore,
+        booter=rollout_booter(cfg, boot_semaphore),
         prompt=render_prompt(cfg.prompt_template, task, cfg.problem_file),
         state=State(sid=session_id or f"{task.instance_id}-{uuid.uuid4().hex[:12]}"),
     )

@@ -8,12 +8,12 @@ an existing slime deployment works unchanged.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import SandboxError
 
 __all__ = ["ENV_VARS", "E2BOptions", "RetryPolicy"]
@@ -38,22 +38,6 @@ ENV_VARS: dict[str, tuple[str, ...]] = {
 }
 _INT_OPTIONS = {"lifetime_sec", "rpc_retries"}
 _FLOAT_OPTIONS = {"backoff_base_sec", "backoff_cap_sec", "request_timeout_sec"}
-
-
-@attrs.frozen(kw_only=True)
-class RetryPolicy:
-    """Jittered exponential backoff: attempt ``n`` sleeps ``uniform(0, min(cap, base * 2**n))``."""
-
-    retries: int = 5
-    base_sec: float = 1.0
-    cap_sec: float = 32.0
-
-    def ceiling(self, attempt: int) -> float:
-        return min(self.cap_sec, self.base_sec * (2**attempt))
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """The sleep before retry number ``attempt + 1`` (full jitter)."""
-        return (rng or random).uniform(0.0, self.ceiling(attempt))
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -112,8 +96,10 @@ class E2BOptions:
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(
-            retries=self.rpc_retries, base_sec=self.backoff_base_sec, cap_sec=self.backoff_cap_sec
+        """``rpc_retries`` re-sends, full-jitter delays from ``backoff_base_sec`` up to
+        ``backoff_cap_sec``."""
+        return RetryPolicy.from_retries(
+            self.rpc_retries, base=self.backoff_base_sec, cap=self.backoff_cap_sec
         )
 
     def size_metadata_key(self) -> str:

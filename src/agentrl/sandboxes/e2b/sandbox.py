@@ -3,11 +3,11 @@
 The task's image is sent as sandbox metadata under the routing key your E2B gateway
 routes images by (``image_metadata_key``), next to an optional size. Calls that fail with
 a transient client error (HTTP/2 or TLS protocol errors, connection resets, timeouts,
-5xx from the edge) are re-sent with jittered exponential backoff after a connection-pool
-reset, but only when the call is idempotent: a command sent with ``idempotent=False`` is
-never re-sent, so it cannot run twice. A sandbox that no longer exists raises
-``SandboxGoneError`` at once. The sandbox is killed on exit whatever happened; a failed
-kill is logged (the sandbox then ends when its lifetime runs out).
+5xx from the edge) are re-sent with jittered exponential backoff (``agentrl.retry``)
+after a connection-pool reset, but only when the call is idempotent: a command sent with
+``idempotent=False`` is never re-sent, so it cannot run twice. A sandbox that no longer
+exists raises ``SandboxGoneError`` at once. The sandbox is killed on exit whatever
+happened; a failed kill is logged (the sandbox then ends when its lifetime runs out).
 
 The e2b SDK is imported only when a sandbox is constructed (the ``e2b`` extra).
 """
@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import attrs
 
 from agentrl.extras import install_hint
+from agentrl.retry import retry
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
     Sandbox,
@@ -186,57 +187,70 @@ class E2BSandbox(Sandbox):
     ) -> T:
         """Run ``attempt_once``; re-send it after transient failures if it is idempotent."""
         policy = self.options.retry_policy
-        attempt = 0
-        while True:
+
+        async def once() -> T:
             try:
                 return await attempt_once()
             except (asyncio.CancelledError, SandboxError, ImportError):
                 raise
             except Exception as exc:
-                if _is_missing_file(exc):
-                    raise FileNotFoundError(f"{operation}: no such file ({exc})") from exc
-                verdict = classify(exc)
-                if verdict is Verdict.GONE and not booting:
-                    raise SandboxGoneError(
-                        f"{operation}: e2b sandbox {self.sandbox_id} no longer exists ({exc}); "
-                        f"it was killed or its lifetime ({self.options.lifetime_sec}s) ran out. "
-                        "Start a new sandbox (or raise AGENTRL_E2B_LIFETIME_SEC)."
-                    ) from exc
-                if verdict is not Verdict.TRANSIENT:
-                    raise self._fatal(operation, exc, booting) from exc
-                if not idempotent:
-                    raise SandboxError(
-                        f"{operation} failed with a transient error ({type(exc).__name__}: "
-                        f"{exc}); it was not re-sent because the call is not idempotent and "
-                        "could have run already. Check its effects before running it again."
-                    ) from exc
-                if attempt >= policy.retries:
-                    raise SandboxError(
-                        f"{operation} failed after {attempt + 1} attempts; last error "
-                        f"{type(exc).__name__}: {exc}. Raise AGENTRL_E2B_RPC_RETRIES or check "
-                        "the network path to the E2B API / sandbox."
-                    ) from exc
-                delay = policy.delay(attempt, self._rng)
-                self.retry_log.append(
-                    RetryEvent(
-                        operation=operation,
-                        attempt=attempt + 1,
-                        delay_sec=delay,
-                        error=f"{type(exc).__name__}: {exc}"[:300],
-                    )
+                raise self._verdict(operation, exc, idempotent, booting) from exc
+
+        def on_retry(attempt: int, transient: Exception, delay: float) -> None:
+            exc = transient.__cause__
+            self.retry_log.append(
+                RetryEvent(
+                    operation=operation,
+                    attempt=attempt,
+                    delay_sec=delay,
+                    error=f"{type(exc).__name__}: {exc}"[:300],
                 )
-                logger.warning(
-                    "%s: transient %s (retry %d/%d in %.2fs, fresh connections): %s",
-                    operation,
-                    type(exc).__name__,
-                    attempt + 1,
-                    policy.retries,
-                    delay,
-                    str(exc)[:200],
-                )
-                self._reset_connections()
-                await asyncio.sleep(delay)
-                attempt += 1
+            )
+            logger.warning(
+                "%s: transient %s (retry %d/%d in %.2fs, fresh connections): %s",
+                operation,
+                type(exc).__name__,
+                attempt,
+                policy.retries,
+                delay,
+                str(exc)[:200],
+            )
+            self._reset_connections()
+
+        try:
+            return await retry(
+                once, policy=policy, retryable=_Transient, on_retry=on_retry, rng=self._rng
+            )
+        except _Transient as last:
+            exc = last.__cause__
+            raise SandboxError(
+                f"{operation} failed after {policy.attempts} attempts; last error "
+                f"{type(exc).__name__}: {exc}. Raise AGENTRL_E2B_RPC_RETRIES or check "
+                "the network path to the E2B API / sandbox."
+            ) from exc
+
+    def _verdict(
+        self, operation: str, exc: Exception, idempotent: bool, booting: bool
+    ) -> Exception:
+        """What a failed call raises: ``_Transient`` when a re-send may succeed."""
+        if _is_missing_file(exc):
+            return FileNotFoundError(f"{operation}: no such file ({exc})")
+        verdict = classify(exc)
+        if verdict is Verdict.GONE and not booting:
+            return SandboxGoneError(
+                f"{operation}: e2b sandbox {self.sandbox_id} no longer exists ({exc}); "
+                f"it was killed or its lifetime ({self.options.lifetime_sec}s) ran out. "
+                "Start a new sandbox (or raise AGENTRL_E2B_LIFETIME_SEC)."
+            )
+        if verdict is not Verdict.TRANSIENT:
+            return self._fatal(operation, exc, booting)
+        if not idempotent:
+            return SandboxError(
+                f"{operation} failed with a transient error ({type(exc).__name__}: "
+                f"{exc}); it was not re-sent because the call is not idempotent and "
+                "could have run already. Check its effects before running it again."
+            )
+        return _Transient(operation)
 
     def _fatal(self, operation: str, exc: Exception, booting: bool) -> SandboxError:
         if booting:
@@ -401,6 +415,10 @@ class E2BSandbox(Sandbox):
         if address is not None and address.version == 6:
             return f"http://[{address}]:{port}"
         return f"http://{host}:{port}"
+
+
+class _Transient(Exception):
+    """A transient failure of an idempotent call (the SDK's error is its ``__cause__``)."""
 
 
 def _is_missing_file(exc: BaseException | None) -> bool:
