@@ -30,7 +30,12 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.retry",
     ),
     ("agentrl.trajectory", "agentrl.tokenizers"),
-    ("agentrl.engines.base", "agentrl.parsers.base", "agentrl.sandboxes.base"),
+    (
+        "agentrl.engines.base",
+        "agentrl.parsers.base",
+        "agentrl.sandboxes.base",
+        "agentrl.sandboxes.boot",
+    ),
     (
         "agentrl.harnesses.base",
         "agentrl.harnesses.errors",
