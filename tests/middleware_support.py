@@ -1,13 +1,20 @@
-"""Shared pieces for the middleware tests: captured client traffic, SSE parsing, fixtures."""
+"""Shared pieces for the middleware tests: captured client traffic, SSE parsing, helpers.
+
+The middleware builders live in ``agentrl.testing.stack`` (shipped for plugin authors);
+they are re-exported here under the names the tests use.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Re-exported: the tests import them from here.
+from agentrl.testing.stack import builtin_adapters as all_adapters  # noqa: F401
+from agentrl.testing.stack import started_middleware  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "clients"
@@ -207,44 +214,6 @@ def assistant_turn(turn_index: int, **overrides: Any):
         seal=lambda kind, text: f"sealed-{kind}-{turn_index}",
     )
     return AssistantTurn(**{**defaults, **overrides})
-
-
-def qwen_parsers():
-    from agentrl.parsers.hermes import HermesToolCallParser
-    from agentrl.parsers.reasoning import Qwen3ReasoningParser
-
-    return HermesToolCallParser(), Qwen3ReasoningParser()
-
-
-def all_adapters():
-    from agentrl.adapters.anthropic import AnthropicAdapter
-    from agentrl.adapters.openai_chat import OpenAIChatAdapter
-    from agentrl.adapters.openai_responses import OpenAIResponsesAdapter
-
-    return [AnthropicAdapter(), OpenAIResponsesAdapter(), OpenAIChatAdapter()]
-
-
-@contextlib.asynccontextmanager
-async def started_middleware(engine: Any, tokenizer: Any, **options: Any):
-    """A middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers, closed after."""
-    from agentrl.adapters.base import Middleware
-    from agentrl.trajectory import TrajectoryManager
-
-    tool_parser, reasoning_parser = qwen_parsers()
-    mw = Middleware(
-        engine=engine,
-        tokenizer=tokenizer,
-        tool_parser=tool_parser,
-        reasoning_parser=reasoning_parser,
-        trajectory=TrajectoryManager(),
-        adapters=all_adapters(),
-        **options,
-    )
-    await mw.start(host="127.0.0.1", port=0)
-    try:
-        yield mw
-    finally:
-        await mw.close()
 
 
 def env_without_module(module: str, tmp_path: Path) -> dict[str, str]:

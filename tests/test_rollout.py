@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from agentrl.adapters.base import Middleware
-from agentrl.engines.sglang import SGLangEngine
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -27,7 +25,6 @@ from agentrl.harnesses.codex import CodexHarness
 from agentrl.rollout import DEFAULT_PROMPT, RolloutConfig, RolloutResult, render_prompt, run_rollout
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.testing.scripted_engine import ScriptedReply
-from agentrl.trajectory import TrajectoryManager
 from agentrl.types import Outcome, Task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,21 +101,9 @@ def task():
 
 
 @pytest.fixture
-async def middleware(qwen_tokenizer, scripted_engine):
-    """The real middleware on TCP and a unix socket, backed by the scripted engine."""
-    mw = Middleware(
-        engine=SGLangEngine(scripted_engine.url),
-        tokenizer=qwen_tokenizer,
-        tool_parser="hermes",
-        trajectory=TrajectoryManager(),
-    )
-    with tempfile.TemporaryDirectory(prefix="agentrl-mw-") as tmp:
-        await mw.start(host="127.0.0.1", port=0, unix_path=f"{tmp}/mw.sock")
-        try:
-            yield mw
-        finally:
-            await mw.close()
-            await mw.engine.aclose()
+def middleware(agentrl_middleware):
+    """The shipped middleware fixture: TCP and a unix socket, in front of the scripted engine."""
+    return agentrl_middleware
 
 
 def _cli_binds() -> tuple[dict[str, str], dict[str, str]]:

@@ -6,7 +6,7 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import pytest
 
@@ -14,6 +14,7 @@ from agentrl.sandboxes import base
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     ExecFailedError,
+    ExecRequest,
     Sandbox,
     SandboxError,
     SandboxGoneError,
@@ -59,17 +60,8 @@ class FlakySandbox(Sandbox):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    async def exec(
-        self,
-        cmd: str,
-        *,
-        user: str = "root",
-        env: Mapping[str, str] | None = None,
-        timeout: float = 120,
-        check: bool = False,
-        idempotent: bool = True,
-        workdir: str | None = None,
-    ) -> ExecResult:
+    async def run_exec(self, request: ExecRequest) -> ExecResult:
+        cmd = request.cmd
         self.calls.append(cmd)
         if self.gone:
             raise SandboxGoneError("the sandbox was killed")
@@ -78,9 +70,7 @@ class FlakySandbox(Sandbox):
         if self.partial_marker and cmd.startswith("cat ") and "/rc " in cmd:
             self.partial_marker -= 1
             return ExecResult(exit_code=0, stdout="1")
-        result = await self.inner.exec(
-            cmd, user=user, env=env, timeout=timeout, check=check, workdir=workdir
-        )
+        result = await self.inner.run_exec(request)
         if self.sever_after(cmd):
             raise SandboxError("stream reset after the request ran")
         return result
@@ -348,3 +338,78 @@ def test_check_result():
     with pytest.raises(ExecFailedError, match="exited with code 2") as info:
         check_result("false", bad, True)
     assert info.value.result is bad
+
+
+# -- exec and run_exec ------------------------------------------------------------------------
+
+
+class _Recorder(Sandbox):
+    """A sandbox that implements only ``run_exec``: it records requests and exits with 3."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.requests: list[ExecRequest] = []
+
+    @classmethod
+    def from_task(cls, task, **options):
+        return cls()
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def run_exec(self, request: ExecRequest) -> ExecResult:
+        self.requests.append(request)
+        return ExecResult(exit_code=3, stdout=request.cmd)
+
+    async def write_file(self, path, content, *, user="root"):
+        raise NotImplementedError
+
+    async def read_file(self, path, *, user="root", text=True):
+        raise NotImplementedError
+
+    def url_for(self, host: str, port: int) -> str:
+        raise NotImplementedError
+
+
+async def test_exec_hands_run_exec_one_request_and_applies_check():
+    """exec passes every argument but ``check`` to run_exec, and ``check`` raises on exit 3."""
+    sandbox = _Recorder()
+    result = await sandbox.exec("make", user="agent", env={"A": "1"}, timeout=5, workdir="/w")
+    with pytest.raises(ExecFailedError, match="exited with code 3"):
+        await sandbox.exec("make check", check=True, idempotent=False)
+    assert result == ExecResult(exit_code=3, stdout="make")
+    assert sandbox.requests == [
+        ExecRequest(cmd="make", user="agent", env={"A": "1"}, timeout=5, workdir="/w"),
+        ExecRequest(cmd="make check", idempotent=False),
+    ]
+
+
+async def test_a_backend_that_overrides_exec_needs_no_run_exec():
+    """A backend written against ``exec`` alone instantiates, and its run_exec goes through
+    its own exec; one that implements neither cannot be instantiated."""
+
+    class ExecOnly(_Recorder):
+        run_exec = Sandbox.run_exec  # as if it had never implemented it
+
+        async def exec(self, cmd: str, **arguments: object) -> ExecResult:
+            self.arguments = arguments
+            return ExecResult(exit_code=0, stdout=f"exec ran {cmd}")
+
+    class Neither(_Recorder):
+        run_exec = Sandbox.run_exec
+
+    result = await (sandbox := ExecOnly()).run_exec(ExecRequest(cmd="ls", env={"X": "1"}))
+    assert result.stdout == "exec ran ls"
+    assert sandbox.arguments == {
+        "user": "root",
+        "env": {"X": "1"},
+        "timeout": 120,
+        "idempotent": True,
+        "workdir": None,
+    }
+    with pytest.raises(TypeError, match="run_exec"):
+        Neither()

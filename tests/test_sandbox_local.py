@@ -382,7 +382,7 @@ async def test_kill_before_the_command_is_recorded_still_kills_it(state_dir):
         results = [await sb.exec("sleep 30; echo late", timeout=0) for _ in range(3)]
         took = time.monotonic() - started
         left = await sb.exec(survivors)
-        sb._send("kill 0123456789abcdef")  # no such request (any more)
+        sb._channel.send("kill 0123456789abcdef")  # no such request (any more)
         after = await sb.exec("echo alive")
     assert [r.exit_code for r in results] == [EXIT_EXEC_TIMEOUT] * 3
     assert all(r.stdout == "" for r in results)
@@ -436,8 +436,8 @@ async def test_sandbox_killed_mid_run_is_a_clear_error(state_dir):
         ns = sb.pid_namespace
         running = asyncio.ensure_future(sb.exec("sleep 60", timeout=60))
         await asyncio.sleep(0.3)
-        assert sb._proc is not None
-        os.killpg(sb._proc.pid, signal.SIGKILL)
+        assert sb._process is not None
+        os.killpg(sb._process.pid, signal.SIGKILL)
         with pytest.raises(SandboxGoneError, match="died while a command was running"):
             await running
         with pytest.raises(SandboxGoneError, match="exited"):

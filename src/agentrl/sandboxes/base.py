@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import attrs
+
 from agentrl.plugin_options import check_option_keys, keyword_parameters
 from agentrl.types import ExecResult, Task
 
@@ -28,6 +30,7 @@ __all__ = [
     "EXIT_EXEC_TIMEOUT",
     "EXIT_TIME_BUDGET_EXCEEDED",
     "ExecFailedError",
+    "ExecRequest",
     "Sandbox",
     "SandboxError",
     "SandboxGoneError",
@@ -146,6 +149,18 @@ def cap_output_shell(path: str, limit: int) -> str:
     )
 
 
+@attrs.frozen(kw_only=True)
+class ExecRequest:
+    """One ``Sandbox.exec`` call as ``run_exec`` receives it (``exec`` itself applies ``check``)."""
+
+    cmd: str
+    user: str = "root"
+    env: Mapping[str, str] | None = None
+    timeout: float = 120
+    idempotent: bool = True
+    workdir: str | None = None
+
+
 class Sandbox(abc.ABC):
     """An isolated machine for one agent run or one grading run.
 
@@ -204,7 +219,6 @@ class Sandbox(abc.ABC):
     async def aclose(self) -> None:
         """Destroy the sandbox and everything running in it. Never raises."""
 
-    @abc.abstractmethod
     async def exec(
         self,
         cmd: str,
@@ -223,8 +237,23 @@ class Sandbox(abc.ABC):
         Output is capped with ``cap_output``. When ``timeout`` runs out the command is
         killed and the result has ``exit_code == EXIT_EXEC_TIMEOUT``. ``check=True`` raises
         ``ExecFailedError`` on a non-zero exit. A call with ``idempotent=False`` is never
-        re-sent after a transient failure.
+        re-sent after a transient failure. A backend implements ``run_exec`` (or overrides
+        this method whole).
         """
+        request = ExecRequest(
+            cmd=cmd, user=user, env=env, timeout=timeout, idempotent=idempotent, workdir=workdir
+        )
+        return check_result(cmd, await self.run_exec(request), check)
+
+    @abc.abstractmethod
+    async def run_exec(self, request: ExecRequest) -> ExecResult:
+        """Run ``request`` and wait for it, by the rules of ``exec`` (which checks the result)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "exec" in cls.__dict__ and getattr(cls.run_exec, "__isabstractmethod__", False):
+            # A backend that overrides ``exec`` whole needs no ``run_exec`` of its own.
+            cls.run_exec = _run_through_exec  # type: ignore[method-assign]
 
     @abc.abstractmethod
     async def write_file(
@@ -254,6 +283,11 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+async def _run_through_exec(self: Sandbox, request: ExecRequest) -> ExecResult:
+    """``run_exec`` of a backend that overrides ``exec`` itself."""
+    return await self.exec(**attrs.asdict(request, recurse=False))
 
 
 # -- exec_and_wait ----------------------------------------------------------------------------

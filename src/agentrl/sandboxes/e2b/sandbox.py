@@ -30,11 +30,11 @@ from agentrl.extras import install_hint
 from agentrl.retry import retry
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
+    ExecRequest,
     Sandbox,
     SandboxError,
     SandboxGoneError,
     cap_output,
-    check_result,
     max_output_bytes,
 )
 from agentrl.sandboxes.e2b.errors import Verdict, classify, rebuild_handle, reset_sdk_transports
@@ -265,23 +265,19 @@ class E2BSandbox(Sandbox):
         return SandboxError(f"{operation} failed: {type(exc).__name__}: {exc}")
 
     # -- commands --------------------------------------------------------------------------
-    async def exec(
-        self,
-        cmd: str,
-        *,
-        user: str = "root",
-        env: Mapping[str, str] | None = None,
-        timeout: float = 120,
-        check: bool = False,
-        idempotent: bool = True,
-        workdir: str | None = None,
-    ) -> ExecResult:
-        result = await self._call(
-            f"exec {cmd[:80]!r} in e2b sandbox {self.sandbox_id}",
-            lambda: self._exec_once(cmd, user=user, env=env, timeout=timeout, workdir=workdir),
-            idempotent=idempotent,
+    async def run_exec(self, request: ExecRequest) -> ExecResult:
+        """One exec, re-sent after a transient failure only when ``request.idempotent``."""
+        return await self._call(
+            f"exec {request.cmd[:80]!r} in e2b sandbox {self.sandbox_id}",
+            lambda: self._exec_once(
+                request.cmd,
+                user=request.user,
+                env=request.env,
+                timeout=request.timeout,
+                workdir=request.workdir,
+            ),
+            idempotent=request.idempotent,
         )
-        return check_result(cmd, result, check)
 
     async def _exec_once(
         self,
