@@ -24,7 +24,7 @@ EXAMPLES = ROOT / "examples" / "tasks"
 
 
 def run_cli(*args: str, cwd: pathlib.Path = ROOT) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_PROTOCOL")}
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_PROTOCOL", "_GRADER"))}
     return subprocess.run(
         [sys.executable, "-m", "agentrl.cli", *args],
         capture_output=True,

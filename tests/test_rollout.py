@@ -597,7 +597,7 @@ def test_config_reads_agentrl_then_slime_variables():
     assert (cfg.agent_time_budget, cfg.eval_timeout, cfg.boot_retries) == (900, 300, 5)
     assert cfg.guard_timeout == 900 + 300 + 180
     assert RolloutConfig.from_env(env, guard_timeout=2000).guard_timeout == 2000
-    with pytest.raises(ValueError, match="SWE_BOOT_RETRIES='many' is not a valid int"):
+    with pytest.raises(ValueError, match="SWE_BOOT_RETRIES='many' is not an integer"):
         RolloutConfig.from_env({"SWE_BOOT_RETRIES": "many"})
     with pytest.raises(ValueError, match="guard_timeout"):
         RolloutConfig(agent_time_budget=100, guard_timeout=50)

@@ -24,6 +24,8 @@ from agentrl.plugins import NotAvailableError
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
 PROTOCOL_VARS = (
+    "AGENTRL_TRAIN_GRADER",
+    "AGENTRL_EVAL_GRADER",
     "AGENTRL_TRAIN_PROTOCOL",
     "AGENTRL_EVAL_PROTOCOL",
     "SWE_TRAIN_PROTOCOL",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from agentrl import hookspecs
+from agentrl import hookspecs, settings
 from agentrl.extras import install_hint
 
 logger = logging.getLogger(__name__)
@@ -152,8 +151,7 @@ def _agentrl_version() -> str | None:
 
 def disabled_plugins(env: dict[str, str] | None = None) -> set[str]:
     """Plugin names blocked by ``AGENTRL_DISABLE_PLUGINS`` (comma separated)."""
-    raw = (os.environ if env is None else env).get("AGENTRL_DISABLE_PLUGINS", "")
-    return {name.strip() for name in raw.split(",") if name.strip()}
+    return set(settings.get("AGENTRL_DISABLE_PLUGINS", env))
 
 
 class PluginRegistry:
@@ -172,7 +170,7 @@ class PluginRegistry:
         blocked = disabled_plugins() if disabled is None else set(disabled)
         for name in blocked:
             self.pm.set_blocked(name)
-        self._trace = trace if trace is not None else os.environ.get("AGENTRL_TRACE_PLUGINS") == "1"
+        self._trace = trace if trace is not None else bool(settings.get("AGENTRL_TRACE_PLUGINS"))
         if self._trace:
             self._enable_tracing()
         self._builtin_names: set[str] = set()

@@ -36,6 +36,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentrl import settings
 from agentrl.extras import install_hint
 
 if TYPE_CHECKING:
@@ -231,8 +232,8 @@ def check_chat_template_support(tokenizer: object) -> None:
 
 def default_cache_dir() -> Path:
     """``$AGENTRL_CACHE_DIR``, else ``~/.cache/agentrl``."""
-    env = os.environ.get("AGENTRL_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "agentrl"
+    configured = settings.get("AGENTRL_CACHE_DIR")
+    return configured if configured is not None else Path.home() / ".cache" / "agentrl"
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:

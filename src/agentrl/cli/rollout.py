@@ -120,8 +120,8 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @click.option(
     "--grader",
     default=None,
-    help="Grader plugin, or 'auto' to pick per row [default: AGENTRL_TRAIN_PROTOCOL / "
-    "AGENTRL_EVAL_PROTOCOL, else scaleswe].",
+    help="Grader plugin, or 'auto' to pick per row [default: AGENTRL_TRAIN_GRADER / "
+    "AGENTRL_EVAL_GRADER, else scaleswe].",
 )
 @click.option("--engine", default="sglang", show_default=True, help="Engine plugin.")
 @click.option("--engine-url", help="SGLang (router) URL, for --engine sglang.")

@@ -10,13 +10,13 @@ import abc
 import asyncio
 import contextlib
 import logging
-import os
 import pathlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from agentrl import settings
 from agentrl.graders.patching import SCALESWE_LADDER, PatchOutcome, apply_patch
 from agentrl.graders.tasks import resolve_host_path
 from agentrl.plugin_options import keyword_parameters
@@ -63,21 +63,7 @@ def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = No
         if value <= 0:
             raise ValueError(f"grading timeout must be positive seconds, got {value}")
         return float(value)
-    environ = os.environ if env is None else env
-    for name in ("AGENTRL_GRADE_TIMEOUT", "AGENTRL_EVAL_TIMEOUT", "SWE_EVAL_TIMEOUT_SEC"):
-        raw = environ.get(name, "").strip()
-        if not raw:
-            continue
-        try:
-            seconds = float(raw)
-        except ValueError:
-            raise ValueError(
-                f"{name}={raw!r} is not a number of seconds; set it to e.g. 600"
-            ) from None
-        if seconds <= 0:
-            raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
-        return seconds
-    return DEFAULT_GRADE_TIMEOUT
+    return settings.get("AGENTRL_GRADE_TIMEOUT", env, default=DEFAULT_GRADE_TIMEOUT)
 
 
 def is_host_path(repo: str | None) -> bool:

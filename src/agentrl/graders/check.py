@@ -320,7 +320,7 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     "--eval",
     "evaluation",
     is_flag=True,
-    help="Select the protocol as for evaluation (AGENTRL_EVAL_PROTOCOL).",
+    help="Select the protocol as for evaluation (AGENTRL_EVAL_GRADER).",
 )
 @click.option("--sandbox", "sandbox_name", default="local", show_default=True)
 @click.option("--runs", default=2, show_default=True, type=click.IntRange(1, 10))

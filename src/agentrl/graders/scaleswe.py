@@ -169,7 +169,7 @@ class ScaleSWEGrader(Grader):
             return (
                 "protocol mismatch: the row looks like a SWE-bench instance (it has a "
                 "test_patch and no swepro, eval_cmd or f2p_script); grade it with the "
-                "swebench protocol (AGENTRL_TRAIN_PROTOCOL/AGENTRL_EVAL_PROTOCOL=swebench)"
+                "swebench grader (AGENTRL_TRAIN_GRADER/AGENTRL_EVAL_GRADER=swebench)"
             )
         method = grading.get("method")
         if method is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from agentrl import settings
 from agentrl.types import Task
 
 __all__ = [
@@ -42,11 +43,8 @@ DEFAULT_PROTOCOL = "scaleswe"
 #: Pseudo-protocol: choose ``swebench`` or ``scaleswe`` per row from the row's shape.
 AUTO_PROTOCOL = "auto"
 
-#: Environment variables read (in this order) when no protocol is passed explicitly.
-_PROTOCOL_ENV = {
-    False: ("AGENTRL_TRAIN_PROTOCOL", "SWE_TRAIN_PROTOCOL"),
-    True: ("AGENTRL_EVAL_PROTOCOL", "SWE_EVAL_PROTOCOL"),
-}
+#: The setting read when no protocol is passed explicitly (its aliases: the older names).
+_GRADER_SETTING = {False: "AGENTRL_TRAIN_GRADER", True: "AGENTRL_EVAL_GRADER"}
 
 
 class TaskLoadError(ValueError):
@@ -62,18 +60,14 @@ def select_protocol(
 ) -> str:
     """The grading protocol for one call: explicit, then environment, then ``default``.
 
-    Training reads ``AGENTRL_TRAIN_PROTOCOL`` then slime's ``SWE_TRAIN_PROTOCOL``;
-    evaluation reads ``AGENTRL_EVAL_PROTOCOL`` then ``SWE_EVAL_PROTOCOL``. The environment
-    is read on every call, never at import time.
+    Training reads ``AGENTRL_TRAIN_GRADER``, then the older ``AGENTRL_TRAIN_PROTOCOL`` and
+    slime's ``SWE_TRAIN_PROTOCOL``; evaluation reads ``AGENTRL_EVAL_GRADER``,
+    ``AGENTRL_EVAL_PROTOCOL``, ``SWE_EVAL_PROTOCOL``. The environment is read on every call,
+    never at import time.
     """
     if protocol:
         return protocol.strip()
-    environ = os.environ if env is None else env
-    for name in _PROTOCOL_ENV[bool(evaluation)]:
-        value = environ.get(name, "").strip()
-        if value:
-            return value
-    return default
+    return settings.get(_GRADER_SETTING[bool(evaluation)], env, default=default)
 
 
 def detect_protocol(row: Mapping[str, Any]) -> str:

@@ -161,13 +161,12 @@ class Harness(abc.ABC):
     environ: Mapping[str, str] | None = attrs.field(default=None, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        environ = os.environ if self.environ is None else self.environ
         if self.extra_args is None:
-            self.extra_args = parse_extra_args(environ, self.extra_args_vars)
+            self.extra_args = parse_extra_args(self.environ, self.extra_args_vars)
         else:
             self.extra_args = tuple(self.extra_args)
         if self.extra_env is None:
-            self.extra_env = parse_extra_env(environ, self.extra_env_vars)
+            self.extra_env = parse_extra_env(self.environ, self.extra_env_vars)
         for path in (*self.tarballs, *([self.node_tarball] if self.node_tarball else [])):
             if not pathlib.Path(path).is_file():
                 raise HarnessError(

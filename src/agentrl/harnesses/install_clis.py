@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import click
 
+from agentrl import settings
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
@@ -77,8 +78,8 @@ class CliPin:
     #: Linked as ``bin/<binary>-<version>`` (a second version beside the main one).
     versioned_link: bool = False
 
-    def resolve(self, environ: Mapping[str, str]) -> PinnedCli:
-        version = environ.get(self.version_var) or self.default_version
+    def resolve(self, environ: Mapping[str, str] | None = None) -> PinnedCli:
+        version = settings.get(self.version_var, environ) or self.default_version
         link = f"{self.binary}-{version}" if self.versioned_link else self.binary
         return PinnedCli(package=self.package, version=version, binary=self.binary, link=link)
 
@@ -135,12 +136,10 @@ def pinned_clis(
     only: Sequence[str] = (), environ: Mapping[str, str] | None = None
 ) -> list[PinnedCli]:
     """The CLI versions to install (all groups unless ``only`` names some), overrides applied."""
-    environ = os.environ if environ is None else environ
     return [pin.resolve(environ) for pin in PINS if not only or pin.group in only]
 
 
 def _main_pin(binary: str, environ: Mapping[str, str] | None = None) -> PinnedCli | None:
-    environ = os.environ if environ is None else environ
     for pin in PINS:
         if pin.binary == binary and not pin.versioned_link:
             return pin.resolve(environ)
@@ -150,8 +149,8 @@ def _main_pin(binary: str, environ: Mapping[str, str] | None = None) -> PinnedCl
 # -- install -------------------------------------------------------------------------------
 def default_dest() -> pathlib.Path:
     """``$AGENTRL_CLI_DIR``, else ``clis/`` under agentrl's cache (``~/.cache/agentrl``)."""
-    configured = os.environ.get("AGENTRL_CLI_DIR")
-    return pathlib.Path(configured) if configured else default_cache_dir() / "clis"
+    configured = settings.get("AGENTRL_CLI_DIR")
+    return configured if configured is not None else default_cache_dir() / "clis"
 
 
 def _installed(cli: PinnedCli, dest: pathlib.Path) -> bool:
@@ -288,8 +287,8 @@ def cli_dir_candidates() -> list[pathlib.Path]:
     ``$AGENTRL_CLI_DIR``, ``.cache/clis`` in the current directory, the source checkout's
     ``.cache/clis``, then ``agentrl install-clis``'s default under agentrl's cache.
     """
-    configured = os.environ.get("AGENTRL_CLI_DIR")
-    candidates = [pathlib.Path(configured)] if configured else []
+    configured = settings.get("AGENTRL_CLI_DIR")
+    candidates = [configured] if configured is not None else []
     candidates.append(pathlib.Path(".cache/clis"))
     checkout = _checkout_cli_dir()
     if checkout is not None:

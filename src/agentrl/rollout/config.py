@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from agentrl import settings
 from agentrl.types import Task
 
 __all__ = ["DEFAULT_PROMPT", "RolloutConfig", "default_guard_timeout", "render_prompt"]
@@ -52,6 +52,18 @@ GUARD_MARGIN = 180.0
 def default_guard_timeout(agent_time_budget: float, eval_timeout: float) -> float:
     """The rollout guard when none is set: the agent's budget, grading, and ``GUARD_MARGIN``."""
     return agent_time_budget + eval_timeout + GUARD_MARGIN
+
+
+#: ``RolloutConfig`` field -> the setting ``from_env`` reads it from.
+_ENV_SETTINGS = {
+    "agent_time_budget": "AGENTRL_AGENT_TIME_BUDGET",
+    "eval_timeout": "AGENTRL_EVAL_TIMEOUT",
+    "guard_timeout": "AGENTRL_ROLLOUT_GUARD",
+    "boot_retries": "AGENTRL_BOOT_RETRIES",
+    "max_context_tokens": "AGENTRL_MAX_CONTEXT_TOKENS",
+    "max_turns": "AGENTRL_MAX_TURNS",
+    "prompt_template": "AGENTRL_PROMPT_TEMPLATE",
+}
 
 
 def _guard_default(self: RolloutConfig) -> float:
@@ -108,31 +120,13 @@ class RolloutConfig:
         ``AGENTRL_EVAL_TIMEOUT`` / ``SWE_EVAL_TIMEOUT_SEC``, ``AGENTRL_ROLLOUT_GUARD`` /
         ``SWE_ROLLOUT_GUARD_SEC``, ``AGENTRL_BOOT_RETRIES`` / ``SWE_BOOT_RETRIES``,
         ``AGENTRL_MAX_CONTEXT_TOKENS``, ``AGENTRL_MAX_TURNS``, ``AGENTRL_PROMPT_TEMPLATE``
-        (or ``SWE_CC_PROMPT``).
+        (or ``SWE_CC_PROMPT``); parsed by ``agentrl.settings`` (docs/settings.md).
         """
-        env = os.environ if environ is None else environ
-        table = {
-            "agent_time_budget": (float, "AGENTRL_AGENT_TIME_BUDGET", "SWE_AGENT_TIME_BUDGET_SEC"),
-            "eval_timeout": (float, "AGENTRL_EVAL_TIMEOUT", "SWE_EVAL_TIMEOUT_SEC"),
-            "guard_timeout": (float, "AGENTRL_ROLLOUT_GUARD", "SWE_ROLLOUT_GUARD_SEC"),
-            "boot_retries": (int, "AGENTRL_BOOT_RETRIES", "SWE_BOOT_RETRIES"),
-            "max_context_tokens": (int, "AGENTRL_MAX_CONTEXT_TOKENS"),
-            "max_turns": (int, "AGENTRL_MAX_TURNS"),
-            "prompt_template": (str, "AGENTRL_PROMPT_TEMPLATE", "SWE_CC_PROMPT"),
-        }
         values: dict[str, Any] = {}
-        for field, (kind, *names) in table.items():
-            for name in names:
-                raw = env.get(name, "").strip()
-                if not raw:
-                    continue
-                try:
-                    values[field] = kind(raw)
-                except ValueError:
-                    raise ValueError(
-                        f"{name}={raw!r} is not a valid {kind.__name__}; unset it or give a number"
-                    ) from None
-                break
+        for field, name in _ENV_SETTINGS.items():
+            value = settings.get(name, environ, default=None)
+            if value is not None:
+                values[field] = value
         values.update(overrides)
         return cls(**values)
 

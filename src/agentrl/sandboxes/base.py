@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from agentrl import settings
 from agentrl.plugin_options import check_option_keys, keyword_parameters
 from agentrl.types import ExecResult, Task
 
@@ -50,7 +51,6 @@ EXIT_TIME_BUDGET_EXCEEDED = -1
 EXIT_EXEC_TIMEOUT = 124
 #: Default cap on the bytes kept from one stream (stdout or stderr) of one exec.
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
-_MAX_OUTPUT_ENV = "AGENTRL_SANDBOX_MAX_OUTPUT_BYTES"
 _TRUNCATION_MARKER = "\n[agentrl: {n} bytes of output truncated]\n"
 
 
@@ -82,16 +82,10 @@ def check_result(cmd: str, result: ExecResult, check: bool) -> ExecResult:
 def max_output_bytes(value: int | None = None) -> int:
     """The output cap: ``value`` if given, else ``AGENTRL_SANDBOX_MAX_OUTPUT_BYTES``, else 1 MiB."""
     if value is None:
-        raw = os.environ.get(_MAX_OUTPUT_ENV, "")
-        if not raw:
-            return DEFAULT_MAX_OUTPUT_BYTES
         try:
-            value = int(raw)
-        except ValueError:
-            raise SandboxError(
-                f"{_MAX_OUTPUT_ENV}={raw!r} is not an integer; set it to a byte count "
-                f"such as {DEFAULT_MAX_OUTPUT_BYTES}"
-            ) from None
+            value = settings.get("AGENTRL_SANDBOX_MAX_OUTPUT_BYTES")
+        except settings.SettingsError as exc:
+            raise SandboxError(str(exc)) from None
     if value < 64:
         raise SandboxError(f"max_output_bytes must be at least 64, got {value}")
     return value

@@ -2,19 +2,21 @@
 
 Every knob has an ``AGENTRL_*`` name and, where slime's coding-agent example has one, that
 name as an alias (``SWE_AGENT``, ``ADAPTER_PUBLIC_HOST``, …), so an existing launcher keeps
-working. The ``AGENTRL_*`` name wins when both are set. Nothing is read at import time:
+working. The ``AGENTRL_*`` name wins when both are set. The names, types and parsing live in
+``agentrl.settings`` (docs/settings.md). Nothing is read at import time:
 ``SlimeConfig.from_env()`` runs on the first ``generate`` call.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
+import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from agentrl import settings
 
 __all__ = ["ENV_VARS", "SlimeConfig", "SlimeConfigError"]
 
@@ -25,189 +27,37 @@ class SlimeConfigError(ValueError):
     """The slime integration is misconfigured; the message says what to set."""
 
 
-@attrs.frozen(kw_only=True)
-class _Var:
-    field: str
-    name: str
-    aliases: tuple[str, ...]
-    kind: type
-    help: str
+#: ``SlimeConfig`` field -> its setting in ``agentrl.settings`` (name, aliases, type, help).
+_FIELD_SETTINGS: dict[str, str] = {
+    "harness": "AGENTRL_HARNESS",
+    "sandbox": "AGENTRL_SANDBOX",
+    "grader": "AGENTRL_TRAIN_GRADER",
+    "eval_grader": "AGENTRL_EVAL_GRADER",
+    "public_host": "AGENTRL_PUBLIC_HOST",
+    "bind_host": "AGENTRL_BIND_HOST",
+    "port": "AGENTRL_PORT",
+    "unix_socket": "AGENTRL_UNIX_SOCKET",
+    "agent_time_budget": "AGENTRL_AGENT_TIME_BUDGET",
+    "eval_timeout": "AGENTRL_EVAL_TIMEOUT",
+    "guard_timeout": "AGENTRL_ROLLOUT_GUARD",
+    "boot_concurrency": "AGENTRL_BOOT_CONCURRENCY",
+    "boot_retries": "AGENTRL_BOOT_RETRIES",
+    "fork_threshold_tokens": "AGENTRL_FORK_THRESHOLD_TOKENS",
+    "tasks_dir": "AGENTRL_TASKS_DIR",
+    "prompt": "AGENTRL_PROMPT_TEMPLATE",
+    "max_turns": "AGENTRL_MAX_TURNS",
+    "cli_path": "AGENTRL_CLI_PATH",
+    "cli_tarballs": "AGENTRL_CLI_TARBALLS",
+    "node_tarball": "AGENTRL_NODE_TARBALL",
+    "model": "AGENTRL_MODEL",
+    "sandbox_options": "AGENTRL_SANDBOX_OPTIONS",
+    "abort_poll_interval": "AGENTRL_ABORT_POLL_SEC",
+    "drain_timeout": "AGENTRL_ABORT_DRAIN_SEC",
+}
 
-
-#: Every environment variable the integration reads: (field, AGENTRL name, aliases, type, help).
-ENV_VARS: tuple[_Var, ...] = (
-    _Var(
-        field="harness",
-        name="AGENTRL_HARNESS",
-        aliases=("SWE_AGENT",),
-        kind=str,
-        help="agent harness plugin (claude_code, codex, …)",
-    ),
-    _Var(
-        field="sandbox",
-        name="AGENTRL_SANDBOX",
-        aliases=(),
-        kind=str,
-        help="sandbox plugin the agent and the grader run in (e2b, local, …)",
-    ),
-    _Var(
-        field="grader",
-        name="AGENTRL_TRAIN_PROTOCOL",
-        aliases=("SWE_TRAIN_PROTOCOL",),
-        kind=str,
-        help="grader plugin for training rollouts (scaleswe, swebench, …)",
-    ),
-    _Var(
-        field="eval_grader",
-        name="AGENTRL_EVAL_PROTOCOL",
-        aliases=("SWE_EVAL_PROTOCOL",),
-        kind=str,
-        help="grader plugin for evaluation rollouts (default: AGENTRL_TRAIN_PROTOCOL)",
-    ),
-    _Var(
-        field="public_host",
-        name="AGENTRL_PUBLIC_HOST",
-        aliases=("ADAPTER_PUBLIC_HOST",),
-        kind=str,
-        help="host name or IP the sandboxes dial back to reach the middleware "
-        "('auto': this node's own address)",
-    ),
-    _Var(
-        field="bind_host",
-        name="AGENTRL_BIND_HOST",
-        aliases=("ADAPTER_BIND_HOST",),
-        kind=str,
-        help="address the middleware listens on",
-    ),
-    _Var(
-        field="port",
-        name="AGENTRL_PORT",
-        aliases=("ADAPTER_PORT",),
-        kind=int,
-        help="TCP port the middleware listens on (0: any free port)",
-    ),
-    _Var(
-        field="unix_socket",
-        name="AGENTRL_UNIX_SOCKET",
-        aliases=(),
-        kind=str,
-        help="serve the middleware on this unix socket instead of TCP (local sandboxes)",
-    ),
-    _Var(
-        field="agent_time_budget",
-        name="AGENTRL_AGENT_TIME_BUDGET",
-        aliases=("SWE_AGENT_TIME_BUDGET_SEC",),
-        kind=float,
-        help="seconds the agent CLI may run",
-    ),
-    _Var(
-        field="eval_timeout",
-        name="AGENTRL_EVAL_TIMEOUT",
-        aliases=("SWE_EVAL_TIMEOUT_SEC",),
-        kind=float,
-        help="seconds grading may take",
-    ),
-    _Var(
-        field="guard_timeout",
-        name="AGENTRL_ROLLOUT_GUARD",
-        aliases=("SWE_ROLLOUT_GUARD_SEC",),
-        kind=float,
-        help="wall-clock cap on a whole rollout (default: agent budget + eval timeout + 180)",
-    ),
-    _Var(
-        field="boot_concurrency",
-        name="AGENTRL_BOOT_CONCURRENCY",
-        aliases=("SWE_BOOT_CONCURRENCY",),
-        kind=int,
-        help="sandboxes booting at once in this process",
-    ),
-    _Var(
-        field="boot_retries",
-        name="AGENTRL_BOOT_RETRIES",
-        aliases=("SWE_BOOT_RETRIES",),
-        kind=int,
-        help="boot retries after a failed first attempt (then the rollout is an infra failure)",
-    ),
-    _Var(
-        field="fork_threshold_tokens",
-        name="AGENTRL_FORK_THRESHOLD_TOKENS",
-        aliases=("SLIME_FORK_MERGE_MAX_RESPONSE_TOKENS",),
-        kind=int,
-        help="a drift inside a response shorter than this is realigned, longer forks",
-    ),
-    _Var(
-        field="tasks_dir",
-        name="AGENTRL_TASKS_DIR",
-        aliases=(),
-        kind=str,
-        help="directory relative host paths in task rows (metadata.repo, gold patches, "
-        "swepro scripts) are resolved against (default: the rollout process's working "
-        "directory)",
-    ),
-    _Var(
-        field="prompt",
-        name="AGENTRL_PROMPT_TEMPLATE",
-        aliases=("SWE_CC_PROMPT",),
-        kind=str,
-        help="the agent's task prompt; {problem_statement}, {workdir}, {problem_file} and "
-        "{instance_id} are filled in (default: agentrl.rollout.DEFAULT_PROMPT)",
-    ),
-    _Var(
-        field="max_turns",
-        name="AGENTRL_MAX_TURNS",
-        aliases=(),
-        kind=int,
-        help="model calls one rollout may make before the middleware answers 429",
-    ),
-    _Var(
-        field="cli_path",
-        name="AGENTRL_CLI_PATH",
-        aliases=(),
-        kind=str,
-        help="the agent CLI's executable as the sandbox sees it (skips installing it)",
-    ),
-    _Var(
-        field="cli_tarballs",
-        name="AGENTRL_CLI_TARBALLS",
-        aliases=("SLIME_AGENT_CC_TARBALL",),
-        kind=tuple,
-        help="host paths of the CLI's npm tarballs, comma separated (installed in the sandbox)",
-    ),
-    _Var(
-        field="node_tarball",
-        name="AGENTRL_NODE_TARBALL",
-        aliases=("SLIME_AGENT_NODE_TARBALL",),
-        kind=str,
-        help="host path of a Node.js linux-x64 tarball, for sandboxes without node",
-    ),
-    _Var(
-        field="model",
-        name="AGENTRL_MODEL",
-        aliases=(),
-        kind=str,
-        help="model name the agent CLI is told to use (any name; the middleware serves it)",
-    ),
-    _Var(
-        field="sandbox_options",
-        name="AGENTRL_SANDBOX_OPTIONS",
-        aliases=(),
-        kind=dict,
-        help="JSON object of keyword options for the sandbox backend's from_task",
-    ),
-    _Var(
-        field="abort_poll_interval",
-        name="AGENTRL_ABORT_POLL_SEC",
-        aliases=(),
-        kind=float,
-        help="how often a rollout checks whether slime is aborting the batch",
-    ),
-    _Var(
-        field="drain_timeout",
-        name="AGENTRL_ABORT_DRAIN_SEC",
-        aliases=(),
-        kind=float,
-        help="seconds an aborted rollout waits for its session to close before returning",
-    ),
+#: Every environment variable the integration reads (``.name``, ``.aliases``, ``.help``).
+ENV_VARS: tuple[settings.Setting, ...] = tuple(
+    settings.setting(name) for name in _FIELD_SETTINGS.values()
 )
 
 
@@ -227,7 +77,7 @@ def _zero_is_none(value: float | None) -> float | None:
 
 
 def _env_name(field: str) -> str:
-    return next(var.name for var in ENV_VARS if var.field == field)
+    return _FIELD_SETTINGS[field]
 
 
 @attrs.frozen(kw_only=True)
@@ -277,13 +127,15 @@ class SlimeConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SlimeConfig:
         """Read every knob from ``environ`` (default ``os.environ``); aliases are accepted."""
-        env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for var in ENV_VARS:
-            raw, source = _lookup(env, var)
-            if raw is None:
-                continue
-            values[var.field] = _convert(raw, source, var)
+        for field, name in _FIELD_SETTINGS.items():
+            try:
+                value = settings.get(name, environ, default=None)
+            except settings.SettingsError as exc:
+                raise SlimeConfigError(str(exc)) from None
+            if value is not None:
+                # The one path field is kept as text, as slime's launcher passes it.
+                values[field] = str(value) if isinstance(value, pathlib.Path) else value
         return cls(**values)
 
     def validate(self) -> None:
@@ -336,49 +188,3 @@ class SlimeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
-
-
-def _lookup(env: Mapping[str, str], var: _Var) -> tuple[str | None, str]:
-    primary = env.get(var.name)
-    for alias in var.aliases:
-        other = env.get(alias)
-        if other is None or other == "":
-            continue
-        if primary not in (None, "") and primary != other:
-            logger.warning(
-                "%s=%r and %s=%r disagree; using %s", var.name, primary, alias, other, var.name
-            )
-            continue
-        if primary in (None, ""):
-            return other, alias
-    if primary in (None, ""):
-        return None, var.name
-    return primary, var.name
-
-
-def _convert(raw: str, source: str, var: _Var) -> Any:
-    raw = raw.strip()
-    if var.kind is str:
-        return raw
-    if var.kind is tuple:
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if var.kind is dict:
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise SlimeConfigError(
-                f"{source} is not valid JSON ({exc}); set it to a JSON object ({var.help})"
-            ) from None
-        if not isinstance(value, dict):
-            raise SlimeConfigError(
-                f"{source} must be a JSON object, got {type(value).__name__} ({var.help})"
-            )
-        return value
-    try:
-        value = var.kind(raw)
-    except ValueError:
-        kind = "an integer" if var.kind is int else "a number"
-        raise SlimeConfigError(
-            f"{source}={raw!r} is not {kind}; set it to {kind} ({var.help})"
-        ) from None
-    return value

@@ -1,43 +1,42 @@
 """Options of the ``e2b`` sandbox: explicit arguments first, then environment defaults.
 
 The environment is read here and only here, when a sandbox is constructed (never at
-import). Each option has an ``AGENTRL_E2B_*`` variable; slime's names are accepted too, so
-an existing slime deployment works unchanged.
+import), through ``agentrl.settings``. Each option has an ``AGENTRL_E2B_*`` variable; slime's
+and the E2B SDK's names are accepted too, so an existing slime deployment works unchanged.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from agentrl import settings
 from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import SandboxError
 
 __all__ = ["ENV_VARS", "E2BOptions", "RetryPolicy"]
 
+#: option -> its setting in ``agentrl.settings`` (types, defaults and aliases live there).
+_SETTINGS: dict[str, str] = {
+    "api_key": "AGENTRL_E2B_API_KEY",
+    "domain": "AGENTRL_E2B_DOMAIN",
+    "api_url": "AGENTRL_E2B_API_URL",
+    "sandbox_url": "AGENTRL_E2B_SANDBOX_URL",
+    "template": "AGENTRL_E2B_TEMPLATE",
+    "image_metadata_key": "AGENTRL_E2B_IMAGE_METADATA_KEY",
+    "size": "AGENTRL_E2B_SIZE",
+    "lifetime_sec": "AGENTRL_E2B_LIFETIME_SEC",
+    "rpc_retries": "AGENTRL_E2B_RPC_RETRIES",
+    "backoff_base_sec": "AGENTRL_E2B_BACKOFF_BASE_SEC",
+    "backoff_cap_sec": "AGENTRL_E2B_BACKOFF_CAP_SEC",
+    "request_timeout_sec": "AGENTRL_E2B_REQUEST_TIMEOUT_SEC",
+}
 #: option -> environment variables consulted in order (first non-empty wins).
 ENV_VARS: dict[str, tuple[str, ...]] = {
-    "api_key": ("AGENTRL_E2B_API_KEY", "E2B_API_KEY"),
-    "domain": ("AGENTRL_E2B_DOMAIN", "E2B_DOMAIN"),
-    "api_url": ("AGENTRL_E2B_API_URL", "E2B_API_URL"),
-    "sandbox_url": ("AGENTRL_E2B_SANDBOX_URL", "E2B_SANDBOX_URL"),
-    "template": ("AGENTRL_E2B_TEMPLATE",),
-    "image_metadata_key": (
-        "AGENTRL_E2B_IMAGE_METADATA_KEY",
-        "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY",
-    ),
-    "size": ("AGENTRL_E2B_SIZE", "SLIME_AGENT_E2B_SANDBOX_SIZE"),
-    "lifetime_sec": ("AGENTRL_E2B_LIFETIME_SEC", "SLIME_AGENT_SANDBOX_LIFETIME_SEC"),
-    "rpc_retries": ("AGENTRL_E2B_RPC_RETRIES", "SLIME_AGENT_SANDBOX_RPC_RETRIES"),
-    "backoff_base_sec": ("AGENTRL_E2B_BACKOFF_BASE_SEC",),
-    "backoff_cap_sec": ("AGENTRL_E2B_BACKOFF_CAP_SEC",),
-    "request_timeout_sec": ("AGENTRL_E2B_REQUEST_TIMEOUT_SEC",),
+    option: settings.setting(name).names for option, name in _SETTINGS.items()
 }
-_INT_OPTIONS = {"lifetime_sec", "rpc_retries"}
-_FLOAT_OPTIONS = {"backoff_base_sec", "backoff_cap_sec", "request_timeout_sec"}
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -82,16 +81,16 @@ class E2BOptions:
                 f"unknown e2b option(s) {sorted(unknown)}; expected some of "
                 f"{sorted(attrs.fields_dict(cls))}"
             )
-        env = os.environ if environ is None else environ
         values: dict[str, Any] = {k: v for k, v in explicit.items() if v is not None}
-        for option, names in ENV_VARS.items():
+        for option, name in _SETTINGS.items():
             if option in values:
                 continue
-            for name in names:
-                raw = env.get(name, "").strip()
-                if raw:
-                    values[option] = _parse(option, name, raw)
-                    break
+            try:
+                value = settings.get(name, environ, default=None)
+            except settings.SettingsError as exc:
+                raise SandboxError(str(exc)) from None
+            if value is not None:
+                values[option] = value
         return cls(**values)
 
     @property
@@ -147,15 +146,3 @@ class E2BOptions:
             if value:
                 params[option] = value
         return params
-
-
-def _parse(option: str, name: str, raw: str) -> Any:
-    try:
-        if option in _INT_OPTIONS:
-            return int(raw)
-        if option in _FLOAT_OPTIONS:
-            return float(raw)
-    except ValueError:
-        kind = "an integer" if option in _INT_OPTIONS else "a number"
-        raise SandboxError(f"{name}={raw!r} is not {kind}; set it to {kind} or unset it") from None
-    return raw

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl import settings
 from agentrl.sandboxes.base import SandboxError
 from agentrl.sandboxes.local.proc import DEFAULT_PATH
 
@@ -42,10 +43,11 @@ _overlay_support: dict[str, bool] = {}
 
 def cache_dir() -> pathlib.Path:
     """Where extracted image tarballs are kept: ``AGENTRL_CACHE_DIR`` or ~/.cache/agentrl."""
-    base = os.environ.get("AGENTRL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentrl"
-    )
-    return pathlib.Path(base)
+    configured = settings.get("AGENTRL_CACHE_DIR")
+    if configured is not None:
+        return configured
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return pathlib.Path(base, "agentrl")
 
 
 def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
