@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from agentrl.sandboxes.base import (
@@ -66,6 +67,8 @@ class LocalSandbox(Sandbox):
     """
 
     name = "local"
+    reaches_middleware_over_unix_socket = True
+    with_host_python = MappingProxyType({"host_python": True})
 
     def __init__(
         self,
