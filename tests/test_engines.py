@@ -9,8 +9,9 @@ import aiohttp
 import pytest
 
 from agentrl import plugins
-from agentrl.engines.base import EngineError, Generation
+from agentrl.engines.base import EngineError, Generation, MissingEngineOptionError
 from agentrl.engines.sglang import DEFAULT_SAMPLING, SGLangEngine
+from agentrl.plugin_options import OptionsError
 from agentrl.testing.scripted_engine import ScriptedEngine, scripted_engine, scripted_logprob
 
 IM_END = 151645
@@ -190,6 +191,23 @@ def test_sglang_url_is_validated():
     """A URL without a scheme is rejected with an explanation."""
     with pytest.raises(ValueError, match="http"):
         SGLangEngine("localhost:30000")
+
+
+async def test_sglang_is_built_from_the_generic_url_option():
+    """``from_options`` needs ``url`` (the message names the caller's flag), passes it first
+    and the options as keywords; ``url`` itself is not an option."""
+    with pytest.raises(MissingEngineOptionError) as info:
+        SGLangEngine.from_options(model_path="/models/q")
+    assert info.value.option == "url"
+    flags = {"url": "--engine-url", "model_path": "--model-path"}
+    assert info.value.for_flags(flags) == (
+        "--engine sglang needs --engine-url (the SGLang router's URL, http://host:port)"
+    )
+    engine = SGLangEngine.from_options({"health_timeout": 1.5}, url="http://127.0.0.1:9/")
+    assert (engine.url, engine.health_timeout) == ("http://127.0.0.1:9", 1.5)
+    await engine.aclose()
+    with pytest.raises(OptionsError, match="no option 'url'"):
+        SGLangEngine.check_options({"url": "http://other"}, url="http://127.0.0.1:9")
 
 
 async def test_health_is_quiet_when_ready_and_names_the_problem_otherwise(client, scripted_engine):
@@ -481,3 +499,19 @@ def test_transformers_engine_requires_a_local_directory(tmp_path):
         TransformersEngine("Qwen/Qwen3-0.6B")
     with pytest.raises(EngineError, match="local model directory"):
         TransformersEngine(tmp_path)
+
+
+def test_transformers_engine_is_built_from_the_generic_model_path_option(tmp_path):
+    """It needs ``model_path`` (not a URL), and its options are its keyword parameters."""
+    from agentrl.engines.transformers import TransformersEngine
+
+    with pytest.raises(MissingEngineOptionError, match="needs model_path") as info:
+        TransformersEngine.from_options(url="http://127.0.0.1:9")
+    assert info.value.for_flags({"url": "--engine-url", "model_path": "--model"}) == (
+        "--engine transformers needs --model (a local model directory)"
+    )
+    TransformersEngine.check_options({"seed": 1, "device": "cpu"}, model_path=str(tmp_path))
+    with pytest.raises(OptionsError, match="'sed' \\(did you mean 'seed'"):
+        TransformersEngine.check_options({"sed": 1}, model_path=str(tmp_path))
+    with pytest.raises(EngineError, match="local model directory"):
+        TransformersEngine.from_options(model_path=str(tmp_path))

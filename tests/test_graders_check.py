@@ -14,7 +14,12 @@ from click.testing import CliRunner
 
 from agentrl import hookimpl, plugins
 from agentrl.graders.base import Grader
-from agentrl.graders.check import check_task, check_tasks_command, why_tests_did_not_run
+from agentrl.graders.check import (
+    check_task,
+    check_tasks_command,
+    sandbox_factory_for,
+    why_tests_did_not_run,
+)
 from agentrl.graders.tasks import TaskRow
 from agentrl.rollout.stack import Stack, StackOptions
 from agentrl.types import Grade, Task
@@ -293,7 +298,7 @@ class NoOptionsGrader(Grader):
         return Task(
             instance_id=row["id"],
             problem_statement="",
-            protocol=self.name,
+            grader=self.name,
             metadata={"gold_patch": row["gold"]},
         )
 
@@ -389,3 +394,35 @@ def test_table_shows_bracketed_text_literally(grader_plugins, tmp_path):
     assert result.exit_code == 1, result.output
     assert "pip install 'agentrl[swebench]'" in result.stdout
     assert "[bold]task" in result.stdout
+
+
+def test_sandbox_factory_asks_the_backend_how_to_bind_host_python(grader_plugins):
+    """Grading sandboxes get the backend's own ``with_host_python`` options (the local
+    sandbox's ``host_python``; a plugin's whatever it declares), none without --host-python."""
+    from types import MappingProxyType
+
+    from agentrl.sandboxes.local import LocalSandbox
+
+    class HostPythonSandbox(LocalSandbox):
+        """A plugin backend whose host-Python option is spelt its own way."""
+
+        name = "host-python"
+        with_host_python = MappingProxyType({"pids": 77})
+
+    @hookimpl
+    def register_sandboxes(register):
+        register(HostPythonSandbox)
+
+    module = types.ModuleType("host_python_sandbox")
+    module.register_sandboxes = register_sandboxes
+    grader_plugins.pm.register(module)
+    task = Task(instance_id="t", problem_statement="")
+    assert sandbox_factory_for("host-python")(task).options.pids == 77
+    assert sandbox_factory_for("host-python", host_python=False)(task).options.pids == 1024
+    assert sandbox_factory_for("host-python", options={"pids": 5})(task).options.pids == 5
+    bound = sandbox_factory_for("local")(task).env
+    assert bound["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert (
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+        not in sandbox_factory_for("local", host_python=False)(task).env
+    )

@@ -13,8 +13,10 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
+from agentrl import hookimpl
 from agentrl.cli import cli
-from agentrl.cli.serve import run_server, serve
+from agentrl.cli.serve import build_engine, run_server, serve
+from agentrl.engines.base import Engine, Generation
 from agentrl.engines.sglang import SGLangEngine
 from middleware_support import env_without_module
 
@@ -116,6 +118,40 @@ def test_serve_reports_a_bad_engine_location_without_a_traceback(
     assert result.exit_code == 2, result.output
     assert expected in result.output
     assert not isinstance(result.exception, (ValueError, RuntimeError))
+
+
+class RemoteEngine(Engine):
+    """A plugin engine that runs at a URL, like sglang, with one option of its own."""
+
+    name = "remote"
+    location = "url"
+    location_hint = "the remote server"
+
+    def __init__(self, url: str, *, api_key: str = "") -> None:
+        self.url, self.api_key = url, api_key
+
+    async def generate(self, input_ids, sampling_params, *, rid=None, routing_key=None):
+        return Generation(output_ids=(), logprobs=())
+
+
+class _RemotePlugin:
+    @hookimpl
+    def register_engines(self, register):
+        register(RemoteEngine)
+
+
+def test_serve_builds_engines_through_their_contract(agentrl_registry):
+    """`serve` builds any engine with ``Engine.from_options``: a plugin engine gets the built-ins'
+    treatment, and a missing location names serve's own flag (--model, not --model-path)."""
+    import click
+
+    agentrl_registry.pm.register(_RemotePlugin())
+    engine = build_engine("remote", "http://10.0.0.1:8000", None)
+    assert isinstance(engine, RemoteEngine) and engine.url == "http://10.0.0.1:8000"
+    with pytest.raises(click.UsageError, match=r"--engine remote needs --engine-url \(the remote"):
+        build_engine("remote", None, "/models/q")
+    with pytest.raises(click.UsageError, match=r"--engine transformers needs --model \("):
+        build_engine("transformers", "http://10.0.0.1:8000", None)
 
 
 def test_serve_reports_a_missing_tokenizer_directory(tmp_path):

@@ -141,3 +141,62 @@ def test_ci_refuses_to_run_where_agentrl_is_installed_outside_the_venv(tmp_path,
     else:
         assert result.returncode == 0, result.stderr
         assert calls.read_text().split() == ["test"]
+
+
+def test_every_public_name_resolves_and_import_agentrl_stays_light():
+    """Each name in ``agentrl.__all__`` loads from its module on first use (and is the object
+    that module defines), while ``import agentrl`` alone pulls in none of the heavy packages."""
+    code = (
+        "import sys, agentrl\n"
+        "heavy = {'aiohttp', 'transformers', 'torch', 'e2b', 'swebench'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+        "import importlib\n"
+        "for name in agentrl.__all__:\n"
+        "    value = getattr(agentrl, name)\n"
+        "    if name != '__version__':\n"
+        "        assert value is getattr(importlib.import_module(agentrl._EXPORTS[name]), name)\n"
+        "from agentrl import Engine, Grader, Sandbox, Task, hookimpl, run_rollout\n"
+        "assert set(agentrl.__all__) == {'__version__', *agentrl._EXPORTS}\n"
+        "assert set(agentrl.__all__) <= set(dir(agentrl))\n"
+        "print('ok', len(agentrl.__all__))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    light, ok = result.stdout.splitlines()
+    assert light == "[]"
+    assert ok.startswith("ok ")
+    import agentrl
+
+    for contract in ("Engine", "Adapter", "Sandbox", "Harness", "Grader"):
+        assert contract in agentrl.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agentrl.Nope  # noqa: B018
+
+
+def _agentrl_modules() -> set[str]:
+    """The submodule and subpackage names directly under src/agentrl."""
+    package = REPO_ROOT / "src" / "agentrl"
+    return {p.stem for p in package.glob("*.py")} | {
+        p.name for p in package.iterdir() if (p / "__init__.py").is_file()
+    }
+
+
+def test_no_module_inside_agentrl_imports_from_the_public_face():
+    """Internal code imports from the defining modules (``agentrl.types``, ``agentrl.hookspecs``),
+    never names from ``agentrl`` itself: only ``from agentrl import <submodule>`` (and the
+    package's ``__version__``) is allowed."""
+    import ast
+
+    submodules = _agentrl_modules()
+    offenders = []
+    for path in sorted((REPO_ROOT / "src" / "agentrl").rglob("*.py")):
+        if path.name == "__init__.py" and path.parent.name == "agentrl":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "agentrl" and not node.level:
+                for alias in node.names:
+                    if alias.name not in submodules and alias.name != "__version__":
+                        offenders.append(f"{path.relative_to(REPO_ROOT)}: {alias.name}")
+    assert not offenders, offenders

@@ -351,6 +351,35 @@ def test_builtins_are_registered_like_third_party(registry):
         assert infos[module_name].distribution == "agentrl"
 
 
+def test_typed_lookups_return_the_contract_classes(registry):
+    """Each ``get_*`` returns a subclass of its kind's contract."""
+    from agentrl.adapters.protocol import Adapter
+    from agentrl.engines.base import Engine
+    from agentrl.graders.base import Grader
+    from agentrl.harnesses.base import Harness
+    from agentrl.parsers.base import ReasoningParser, ToolCallParser
+    from agentrl.sandboxes.base import Sandbox
+
+    assert issubclass(plugins.get_engine("sglang"), Engine)
+    assert issubclass(plugins.get_adapter("anthropic"), Adapter)
+    assert issubclass(plugins.get_sandbox("local"), Sandbox)
+    assert issubclass(plugins.get_harness("codex"), Harness)
+    assert issubclass(plugins.get_grader("scaleswe"), Grader)
+    assert issubclass(plugins.get_tool_parser("hermes"), ToolCallParser)
+    assert issubclass(plugins.get_reasoning_parser("qwen3"), ReasoningParser)
+
+
+def test_graders_are_listed_plugins_first(registry):
+    """``get_graders`` lists every grader in hook order: a plugin's before the built-ins'."""
+    grader = _kind_class("plugin-grader")
+    registry.pm.register(
+        _plugin("grader_plugin", register_graders=lambda register: register(grader))
+    )
+    names = [cls.name for cls in plugins.get_graders()]
+    assert names[0] == "plugin-grader"
+    assert set(names) == {"plugin-grader", "scaleswe", "swebench"}
+
+
 BROKEN_ERROR = "needs libfoo, which is not installed"
 
 

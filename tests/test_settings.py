@@ -359,7 +359,7 @@ def test_unknown_names_and_plugin_chains():
 def test_grader_names_new_first_then_the_old_ones():
     """AGENTRL_TRAIN_GRADER / AGENTRL_EVAL_GRADER win over the *_PROTOCOL names, which keep
     their old order (AGENTRL_ before SWE_), in the CLI's selection and in slime's config."""
-    from agentrl.graders.tasks import select_protocol
+    from agentrl.graders.tasks import select_grader
     from agentrl.slime.config import SlimeConfig
 
     env = {
@@ -369,11 +369,11 @@ def test_grader_names_new_first_then_the_old_ones():
         "AGENTRL_EVAL_PROTOCOL": "e",
         "SWE_EVAL_PROTOCOL": "f",
     }
-    assert select_protocol(env=env) == "a"
-    assert select_protocol(evaluation=True, env=env) == "e"
+    assert select_grader(env=env) == "a"
+    assert select_grader(evaluation=True, env=env) == "e"
     config = SlimeConfig.from_env(env)
-    assert (config.grader_for(False), config.grader_for(True)) == ("a", "e")
+    assert (config.grader_name(False), config.grader_name(True)) == ("a", "e")
     env["AGENTRL_EVAL_GRADER"] = "d"
-    assert select_protocol(evaluation=True, env=env) == "d"
-    assert select_protocol(env={"SWE_TRAIN_PROTOCOL": "c"}) == "c"
-    assert select_protocol(evaluation=True, env={}) == "scaleswe"
+    assert select_grader(evaluation=True, env=env) == "d"
+    assert select_grader(env={"SWE_TRAIN_PROTOCOL": "c"}) == "c"
+    assert select_grader(evaluation=True, env={}) == "scaleswe"

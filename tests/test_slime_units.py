@@ -88,7 +88,7 @@ def test_config_defaults_match_slime_example():
     assert config.boot_concurrency == 16 and config.boot_retries == 2
     assert config.fork_threshold_tokens == 1024
     assert config.public_host is None
-    assert config.grader_for(True) == "scaleswe"
+    assert config.grader_name(True) == "scaleswe"
 
 
 def test_config_reads_slime_example_aliases():
@@ -112,7 +112,7 @@ def test_config_reads_slime_example_aliases():
     }
     config = SlimeConfig.from_env(env)
     assert config.harness == "codex"
-    assert config.grader_for(False) == "swebench" and config.grader_for(True) == "scaleswe"
+    assert config.grader_name(False) == "swebench" and config.grader_name(True) == "scaleswe"
     assert config.public_host == "10.0.0.7" and config.port == 19000
     assert config.agent_time_budget == 900 and config.eval_timeout == 300
     assert config.rollout_guard == 900 + 300 + 180  # 0 means "derive", as in slime
@@ -161,6 +161,31 @@ def test_local_sandbox_needs_a_unix_socket():
     SlimeConfig.from_env({"ADAPTER_PUBLIC_HOST": "10.0.0.1"}).validate()
     with pytest.raises(SlimeConfigError, match="AGENTRL_PUBLIC_HOST"):
         SlimeConfig.from_env({}).validate()
+
+
+def test_a_plugin_sandbox_without_network_needs_a_unix_socket_too(agentrl_registry):
+    """Whether a unix socket is needed is the sandbox class's own say, not its name."""
+    from agentrl import hookimpl
+    from agentrl.sandboxes.local import LocalSandbox
+
+    class Isolated(LocalSandbox):
+        name = "isolated"
+
+    class Networked(LocalSandbox):
+        name = "networked"
+        reaches_middleware_over_unix_socket = False
+
+    class Plugin:
+        @hookimpl
+        def register_sandboxes(self, register):
+            register(Isolated)
+            register(Networked)
+
+    agentrl_registry.pm.register(Plugin())
+    with pytest.raises(SlimeConfigError, match=r"'isolated' sandbox has no network.*UNIX_SOCKET"):
+        SlimeConfig.from_env({"AGENTRL_SANDBOX": "isolated"}).validate()
+    with pytest.raises(SlimeConfigError, match="AGENTRL_PUBLIC_HOST"):
+        SlimeConfig.from_env({"AGENTRL_SANDBOX": "networked"}).validate()
 
 
 def test_service_settings_from_args():

@@ -1,18 +1,21 @@
-"""The rollout stack: option checks and shutdown."""
+"""The rollout stack: option checks, plugins treated like built-ins, and shutdown."""
 
 from __future__ import annotations
 
 import pathlib
 import tempfile
 import types
+from types import MappingProxyType
 from typing import ClassVar
 
 import attrs
 import pytest
 
 from agentrl import hookimpl, plugins
+from agentrl.engines.base import Engine, Generation
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.plugins import NotAvailableError
+from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.stack import Stack, StackError, StackOptions, merge_sandbox_options
 from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Task
@@ -218,3 +221,112 @@ async def test_a_harness_whose_cli_is_not_installed_fails_before_any_rollout(
     with_cli_path = attrs.evolve(options, harness_options={"cli_path": "/opt/cli"})
     async with Stack(with_cli_path) as stack:
         stack.check_tasks([task])  # an install source of its own: nothing to tell here
+
+
+class WeightsFileEngine(Engine):
+    """A plugin engine run from a local weights file: it declares ``model_path`` its location."""
+
+    name = "weights-file"
+    location = "model_path"
+    location_hint = "a weights file"
+
+    def __init__(self, model_path: str, *, threads: int = 1) -> None:
+        self.model_path, self.threads = model_path, threads
+
+    async def generate(self, input_ids, sampling_params, *, rid=None, routing_key=None):
+        return Generation(output_ids=(), logprobs=())
+
+
+class NoNetworkSandbox(Sandbox):
+    """A plugin backend with no network of its own that binds the host's Python its own way."""
+
+    name = "no-network"
+    reaches_middleware_over_unix_socket = True
+    with_host_python = MappingProxyType({"python_from_host": True})
+
+    def __init__(
+        self, *, workdir="/workspace", services=None, python_from_host=False, ro_binds=None
+    ):
+        self.workdir, self.services = workdir, dict(services or {})
+        self.python_from_host = python_from_host
+
+    @classmethod
+    def from_task(cls, task, **options):
+        return cls(workdir=task.workdir, **options)
+
+    async def start(self):
+        raise NotImplementedError
+
+    async def aclose(self):
+        pass
+
+    async def exec(self, cmd, **kwargs):
+        raise NotImplementedError
+
+    async def write_file(self, path, content, **kwargs):
+        raise NotImplementedError
+
+    async def read_file(self, path, **kwargs):
+        raise NotImplementedError
+
+    def url_for(self, host, port):
+        return f"http://{host}:{port}"
+
+
+def test_a_plugin_engine_names_what_it_needs_like_the_built_ins(registry):
+    """The engine's own ``location`` decides which flag is missing; its options are checked."""
+    _register(registry, "register_engines", WeightsFileEngine)
+    bare = StackOptions(engine="weights-file", tokenizer="/tok")
+    with pytest.raises(StackError, match=r"^--engine weights-file needs --model-path \(a weights"):
+        bare.check()
+    with pytest.raises(StackError, match=r"engine options: .* 'weights-file' engine .* 'thread'"):
+        attrs.evolve(bare, model_path="/w", engine_options={"thread": 2}).check()
+    attrs.evolve(bare, model_path="/w", engine_options={"threads": 2}).check()
+
+
+async def test_a_plugin_engine_and_socket_only_sandbox_are_built_through_their_contracts(
+    registry, qwen_tokenizer_dir
+):
+    """A started stack builds the plugin engine with ``from_options``, serves a socket-only
+    plugin sandbox over a unix socket without --public-host, and passes its host-Python
+    options; the typed rollout config gets the middleware's address inside the sandbox."""
+    _register(registry, "register_engines", WeightsFileEngine)
+    _register(registry, "register_sandboxes", NoNetworkSandbox)
+    options = StackOptions(
+        engine="weights-file",
+        model_path="/w",
+        engine_options={"threads": 3},
+        sandbox="no-network",
+        tokenizer=str(qwen_tokenizer_dir),
+        rollout={"eval_timeout": 42},
+    )
+    assert options.over_unix_socket
+    async with Stack(options) as stack:
+        assert isinstance(stack.engine, WeightsFileEngine)
+        assert (stack.engine.model_path, stack.engine.threads) == ("/w", 3)
+        sandbox = stack.sandbox_factory(Task(instance_id="t", problem_statement="x"))
+        assert sandbox.python_from_host
+        assert sandbox.services == {options.sandbox_port: stack.middleware.unix_path}
+        config = stack.rollout_config
+        assert (config.middleware_host, config.middleware_port) == ("127.0.0.1", 18001)
+        assert config.eval_timeout == 42
+    async with Stack(attrs.evolve(options, host_python=False)) as stack:
+        sandbox = stack.sandbox_factory(Task(instance_id="t", problem_statement="x"))
+        assert not sandbox.python_from_host
+
+
+def test_rollout_options_are_a_typed_rollout_config():
+    """``rollout`` takes a RolloutConfig or a mapping of its fields (what the CLIs pass); a
+    misspelt field, one the stack fills itself or a refused value is a StackError."""
+    assert _options().rollout is None
+    given = _options(rollout={"agent_time_budget": 60.0, "eval_timeout": 30.0}).rollout
+    assert given == RolloutConfig(agent_time_budget=60.0, eval_timeout=30.0)
+    assert _options(rollout=given).rollout is given
+    with pytest.raises(StackError, match=r"rollout options: .*'eval_timout' \(did you mean"):
+        _options(rollout={"eval_timout": 30.0})
+    with pytest.raises(StackError, match=r"rollout options: .*'middleware_port'"):
+        _options(rollout={"middleware_port": 1})
+    with pytest.raises(
+        StackError, match=r"rollout options: RolloutConfig\.eval_timeout must be > 0"
+    ):
+        _options(rollout={"eval_timeout": 0})

@@ -1,4 +1,4 @@
-"""Task rows: slime's JSONL shape, protocol selection, loading and the example tasks."""
+"""Task rows: slime's JSONL shape, grader selection, loading and the example tasks."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ import sys
 
 import pytest
 
+from agentrl import hookimpl, plugins
+from agentrl.graders.base import Grader
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.swebench import SWEBenchGrader
 from agentrl.graders.tasks import (
     TaskLoadError,
-    detect_protocol,
+    detect_grader,
     gold_patch,
     load_tasks,
     prompt_text,
-    select_protocol,
+    select_grader,
 )
 from agentrl.plugins import NotAvailableError
+from agentrl.types import Grade, Task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -45,40 +48,117 @@ def _write_jsonl(path: pathlib.Path, rows: list[dict]) -> pathlib.Path:
     return path
 
 
-# -- protocol selection ------------------------------------------------------------------
+# -- grader selection --------------------------------------------------------------------
 
 
-def test_protocol_defaults_to_scaleswe(clean_env):
+def test_grader_defaults_to_scaleswe(clean_env):
     """With nothing set, both training and evaluation use scaleswe."""
-    assert select_protocol() == "scaleswe"
-    assert select_protocol(evaluation=True) == "scaleswe"
+    assert select_grader() == "scaleswe"
+    assert select_grader(evaluation=True) == "scaleswe"
 
 
-def test_protocol_is_read_per_call_for_train_and_eval(clean_env):
+def test_grader_is_read_per_call_for_train_and_eval(clean_env):
     """Environment changes after import take effect, and train/eval read their own variables."""
     clean_env.setenv("SWE_TRAIN_PROTOCOL", "swebench")
-    assert select_protocol() == "swebench"
-    assert select_protocol(evaluation=True) == "scaleswe"
+    assert select_grader() == "swebench"
+    assert select_grader(evaluation=True) == "scaleswe"
     clean_env.setenv("SWE_EVAL_PROTOCOL", "swebench")
     clean_env.setenv("AGENTRL_TRAIN_PROTOCOL", "scaleswe")
-    assert select_protocol() == "scaleswe", "AGENTRL_* wins over slime's SWE_*"
-    assert select_protocol(evaluation=True) == "swebench"
+    assert select_grader() == "scaleswe", "AGENTRL_* wins over slime's SWE_*"
+    assert select_grader(evaluation=True) == "swebench"
 
 
-def test_explicit_protocol_wins_over_environment(clean_env):
-    """An explicit protocol argument beats every environment variable."""
+def test_explicit_grader_wins_over_environment(clean_env):
+    """An explicit grader argument beats every environment variable."""
     clean_env.setenv("AGENTRL_EVAL_PROTOCOL", "scaleswe")
-    assert select_protocol("swebench", evaluation=True) == "swebench"
-    assert select_protocol(env={"AGENTRL_TRAIN_PROTOCOL": "x"}) == "x"
+    assert select_grader("swebench", evaluation=True) == "swebench"
+    assert select_grader(env={"AGENTRL_TRAIN_PROTOCOL": "x"}) == "x"
 
 
-def test_detect_protocol_from_row_shape():
-    """A row with a SWE-bench instance and no scaleswe grading field is detected as swebench."""
+def test_detect_grader_asks_the_graders_which_claims_the_row():
+    """A SWE-bench instance without a scaleswe grading field is swebench's; a row with a
+    scaleswe method (even beside a test_patch) is scaleswe's; a row nobody claims, scaleswe."""
     sweb = {"metadata": {"remote_env_info": {"test_patch": "diff"}}}
-    assert detect_protocol(sweb) == "swebench"
+    assert SWEBenchGrader.claims(sweb) and not ScaleSWEGrader.claims(sweb)
+    assert detect_grader(sweb) == "swebench"
     mixed = {"metadata": {"eval_cmd": "pytest", "remote_env_info": {"test_patch": "diff"}}}
-    assert detect_protocol(mixed) == "scaleswe"
-    assert detect_protocol({"metadata": "nope"}) == "scaleswe"
+    assert ScaleSWEGrader.claims(mixed) and not SWEBenchGrader.claims(mixed)
+    assert detect_grader(mixed) == "scaleswe"
+    assert detect_grader({"metadata": "nope"}) == "scaleswe"
+    assert detect_grader({"metadata": {}}) == "scaleswe"
+
+
+class PluginRowGrader(Grader):
+    """A plugin grader for rows carrying a ``plugin_task`` key (and rows scaleswe claims)."""
+
+    name = "plugin-rows"
+
+    @classmethod
+    def claims(cls, row):
+        return "plugin_task" in row or ScaleSWEGrader.claims(row)
+
+    def parse_task(self, row):
+        return Task(instance_id=row.get("plugin_task", "x"), problem_statement="", grader=self.name)
+
+    async def grade(self, task, diff, sandbox_factory):
+        return Grade(reward=0.0)
+
+
+@pytest.fixture
+def plugin_grader():
+    """A registry with the built-ins plus ``PluginRowGrader`` registered through a plugin."""
+    registry = plugins.PluginRegistry(load_entrypoints=False, disabled=())
+
+    class Plugin:
+        @hookimpl
+        def register_graders(self, register):
+            register(PluginRowGrader)
+
+    registry.pm.register(Plugin())
+    previous = plugins.reset_registry(registry)
+    yield registry
+    plugins.reset_registry(previous)
+
+
+def test_auto_asks_plugin_graders_first(plugin_grader, tmp_path, clean_env):
+    """A plugin grader's rows go to it under ``auto``; where it and a built-in both claim a
+    row, the plugin wins; SWE-bench rows still go to swebench."""
+    assert plugins.get_graders()[0] is PluginRowGrader
+    path = _write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {"plugin_task": "p1"},
+            {"metadata": {"instance_id": "a", "eval_cmd": "true"}},
+            {"metadata": {"remote_env_info": {"instance_id": "b", "test_patch": "d"}}},
+        ],
+    )
+    rows = load_tasks(path, grader="auto")
+    assert [r.task.grader for r in rows] == ["plugin-rows", "plugin-rows", "swebench"]
+
+
+def test_old_protocol_names_still_work_with_a_deprecation_warning(tmp_path, clean_env):
+    """``select_protocol``, ``detect_protocol``, ``load_tasks(protocol=)``, ``Task(protocol=)``
+    and ``task.protocol`` keep working and warn; a stored task with a "protocol" key loads."""
+    from agentrl.graders.tasks import detect_protocol, select_protocol
+
+    with pytest.warns(DeprecationWarning, match="select_grader"):
+        assert select_protocol("swebench") == "swebench"
+    with pytest.warns(DeprecationWarning, match="detect_grader"):
+        assert detect_protocol({"metadata": {"remote_env_info": {"eval_script": "x"}}}) == (
+            "swebench"
+        )
+    path = _write_jsonl(tmp_path / "t.jsonl", [{"metadata": {"instance_id": "a"}}])
+    with pytest.warns(DeprecationWarning, match="grader="):
+        (row,) = load_tasks(path, protocol="scaleswe")
+    assert row.task.grader == "scaleswe"
+    with pytest.warns(DeprecationWarning, match=r"Task\.grader"):
+        task = Task(instance_id="t", problem_statement="", protocol="swebench")
+    assert task.grader == "swebench"
+    with pytest.warns(DeprecationWarning, match=r"Task\.grader"):
+        assert task.protocol == "swebench"
+    stored = {"instance_id": "t", "problem_statement": "", "protocol": "swebench"}
+    assert Task.from_dict(stored) == task
+    assert Task.from_dict(task.to_dict()) == task and "protocol" not in task.to_dict()
 
 
 # -- scaleswe rows ---------------------------------------------------------------------
@@ -115,7 +195,7 @@ def test_scaleswe_flat_metadata():
     assert task.image == "registry/img:1"
     assert task.workdir == "/workspace/repo"
     assert task.problem_statement == "the issue"
-    assert task.protocol == "scaleswe"
+    assert task.grader == "scaleswe"
     assert task.pre_commands == ("git checkout abc -f", "pip install -e .")
     assert task.grading["method"] == "eval_cmd"
     assert task.metadata["label"] == "lbl"
@@ -249,7 +329,7 @@ def test_swebench_row_parsing():
             },
         }
     )
-    assert task.protocol == "swebench"
+    assert task.grader == "swebench"
     assert task.workdir == "/testbed"
     assert task.image == "sweb.eval.x86_64.o_1776_r-1"
     assert task.problem_statement == "fallback statement"
@@ -322,15 +402,15 @@ def test_load_tasks_reports_file_and_line(tmp_path, clean_env):
         load_tasks(path)
 
 
-def test_load_tasks_unknown_protocol_lists_choices(tmp_path, clean_env):
-    """An unknown protocol name fails with the registered grader names."""
+def test_load_tasks_unknown_grader_lists_choices(tmp_path, clean_env):
+    """An unknown grader name fails with the registered grader names."""
     path = _write_jsonl(tmp_path / "t.jsonl", [{"metadata": {"instance_id": "a"}}])
     with pytest.raises(NotAvailableError, match=r"scaleswe.*swebench"):
-        load_tasks(path, protocol="nope")
+        load_tasks(path, grader="nope")
 
 
 def test_load_tasks_auto_picks_a_grader_per_row(tmp_path, clean_env):
-    """Protocol `auto` parses each row with the grader its shape calls for."""
+    """Grader `auto` parses each row with the grader that claims it."""
     path = _write_jsonl(
         tmp_path / "t.jsonl",
         [
@@ -338,8 +418,8 @@ def test_load_tasks_auto_picks_a_grader_per_row(tmp_path, clean_env):
             {"metadata": {"remote_env_info": {"instance_id": "b", "test_patch": "d"}}},
         ],
     )
-    rows = load_tasks(path, protocol="auto")
-    assert [r.task.protocol for r in rows] == ["scaleswe", "swebench"]
+    rows = load_tasks(path, grader="auto")
+    assert [r.task.grader for r in rows] == ["scaleswe", "swebench"]
 
 
 # -- the example tasks -----------------------------------------------------------------
@@ -359,13 +439,13 @@ def test_example_rows_match_their_sources():
 def test_example_tasks_are_gradable_with_gold_patches(clean_env):
     """Every example task parses, passes check(), has a gold patch outside its repository."""
     rows = load_tasks(EXAMPLES / "scaleswe.jsonl") + load_tasks(
-        EXAMPLES / "swebench.jsonl", protocol="swebench"
+        EXAMPLES / "swebench.jsonl", grader="swebench"
     )
     assert len(rows) >= 4
     methods = set()
     for row in rows:
         task = row.task
-        grader = ScaleSWEGrader() if task.protocol == "scaleswe" else SWEBenchGrader()
+        grader = ScaleSWEGrader() if task.grader == "scaleswe" else SWEBenchGrader()
         assert grader.check(task) is None, task.instance_id
         assert pathlib.Path(task.repo).is_dir()
         gold = gold_patch(task)
@@ -374,7 +454,7 @@ def test_example_tasks_are_gradable_with_gold_patches(clean_env):
         if path:
             assert not pathlib.Path(path).resolve().is_relative_to(pathlib.Path(task.repo))
         assert task.problem_statement.startswith("# ")
-        methods.add(task.grading.get("method") or task.protocol)
+        methods.add(task.grading.get("method") or task.grader)
     assert methods == {"eval_cmd", "f2p_script", "swepro", "swebench"}
 
 

@@ -14,13 +14,21 @@ import importlib.metadata
 import logging
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import pluggy
 
 from agentrl import hookspecs, settings
 from agentrl.extras import install_hint
+
+if TYPE_CHECKING:
+    from agentrl.adapters.base import Adapter
+    from agentrl.engines.base import Engine
+    from agentrl.graders.base import Grader
+    from agentrl.harnesses.base import Harness
+    from agentrl.parsers.base import ReasoningParser, ToolCallParser
+    from agentrl.sandboxes.base import Sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +331,10 @@ class PluginRegistry:
         """Registered names of one kind, sorted."""
         return sorted(self._registry(kind))
 
+    def registered(self, kind: str) -> list[type]:
+        """Registered classes of one kind, in the order their hooks ran (plugins first)."""
+        return list(self._registry(kind).values())
+
     def _registry(self, kind: str) -> dict[str, type]:
         if kind not in KIND_HOOKS:
             raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(KINDS)}")
@@ -449,32 +461,44 @@ def available(kind: str) -> list[str]:
     return get_registry().available(kind)
 
 
-def get_engine(name: str) -> type:
-    return get_registry().get("engine", name)
+def get_engine(name: str) -> type[Engine]:
+    """The engine class registered as ``name`` (``NotAvailableError`` lists the choices)."""
+    return cast("type[Engine]", get_registry().get("engine", name))
 
 
-def get_adapter(name: str) -> type:
-    return get_registry().get("adapter", name)
+def get_adapter(name: str) -> type[Adapter]:
+    """The wire-protocol adapter class registered as ``name``."""
+    return cast("type[Adapter]", get_registry().get("adapter", name))
 
 
-def get_sandbox(name: str) -> type:
-    return get_registry().get("sandbox", name)
+def get_sandbox(name: str) -> type[Sandbox]:
+    """The sandbox backend class registered as ``name``."""
+    return cast("type[Sandbox]", get_registry().get("sandbox", name))
 
 
-def get_harness(name: str) -> type:
-    return get_registry().get("harness", name)
+def get_harness(name: str) -> type[Harness]:
+    """The agent harness class registered as ``name``."""
+    return cast("type[Harness]", get_registry().get("harness", name))
 
 
-def get_grader(name: str) -> type:
-    return get_registry().get("grader", name)
+def get_grader(name: str) -> type[Grader]:
+    """The grader class registered as ``name``."""
+    return cast("type[Grader]", get_registry().get("grader", name))
 
 
-def get_tool_parser(name: str) -> type:
-    return get_registry().get("tool_parser", name)
+def get_graders() -> list[type[Grader]]:
+    """Every registered grader class, plugins' before the built-ins (the order hooks run in)."""
+    return cast("list[type[Grader]]", get_registry().registered("grader"))
 
 
-def get_reasoning_parser(name: str) -> type:
-    return get_registry().get("reasoning_parser", name)
+def get_tool_parser(name: str) -> type[ToolCallParser]:
+    """The tool-call parser class registered as ``name``."""
+    return cast("type[ToolCallParser]", get_registry().get("tool_parser", name))
+
+
+def get_reasoning_parser(name: str) -> type[ReasoningParser]:
+    """The reasoning parser class registered as ``name``."""
+    return cast("type[ReasoningParser]", get_registry().get("reasoning_parser", name))
 
 
 def notify(hook_name: str, event: Any) -> None:

@@ -7,12 +7,14 @@ between threads and hooks, and serialised only at the edges (``to_dict``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 __all__ = [
+    "DEFAULT_GRADER",
     "ExecResult",
     "Grade",
     "Outcome",
@@ -20,6 +22,12 @@ __all__ = [
     "Task",
     "TurnRecordedEvent",
 ]
+
+
+#: The grader a task names when its parser does not say.
+DEFAULT_GRADER = "scaleswe"
+
+_PROTOCOL_DEPRECATED = "Task.protocol is deprecated: the grader's name is Task.grader"
 
 
 def _freeze_mapping(value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -39,23 +47,74 @@ class ExecResult:
         return self.exit_code == 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, init=False)
 class Task:
     """One task row, parsed by a grader into what a rollout needs.
 
-    ``grading`` is the grader's own payload (eval command, SWE-bench instance, …); other
-    layers treat it as opaque.
+    ``grader`` names the grader plugin that parsed the row and grades it. ``grading`` is
+    that grader's own payload (eval command, SWE-bench instance, …); other layers treat it
+    as opaque. ``protocol`` is the old name of ``grader``: ``Task(protocol=...)``,
+    ``task.protocol`` and a ``"protocol"`` key in ``from_dict`` still work (deprecated).
     """
 
     instance_id: str
     problem_statement: str
-    image: str | None = None
-    workdir: str = "/workspace"
-    repo: str | None = None
-    protocol: str = "scaleswe"
-    pre_commands: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    grading: dict[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
-    metadata: dict[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+    image: str | None
+    workdir: str
+    repo: str | None
+    grader: str
+    pre_commands: tuple[str, ...] = attrs.field(converter=tuple)
+    grading: dict[str, Any] = attrs.field(converter=_freeze_mapping)
+    metadata: dict[str, Any] = attrs.field(converter=_freeze_mapping)
+
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        problem_statement: str,
+        image: str | None = None,
+        workdir: str = "/workspace",
+        repo: str | None = None,
+        grader: str | None = None,
+        pre_commands: Iterable[str] = (),
+        grading: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        protocol: str | None = None,
+    ) -> None:
+        if protocol is not None:
+            warnings.warn(_PROTOCOL_DEPRECATED, DeprecationWarning, stacklevel=2)
+        self.__attrs_init__(
+            instance_id=instance_id,
+            problem_statement=problem_statement,
+            image=image,
+            workdir=workdir,
+            repo=repo,
+            grader=grader or protocol or DEFAULT_GRADER,
+            pre_commands=pre_commands,
+            grading=grading,
+            metadata=metadata,
+        )
+
+    @property
+    def protocol(self) -> str:
+        """Deprecated: the old name of :attr:`grader`."""
+        warnings.warn(_PROTOCOL_DEPRECATED, DeprecationWarning, stacklevel=2)
+        return self.grader
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task as JSON-ready values (``from_dict`` reads it back)."""
+        data = attrs.asdict(self, recurse=False)
+        data["pre_commands"] = list(self.pre_commands)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Task:
+        """A task from ``to_dict``'s shape; the old ``"protocol"`` key is read as ``"grader"``."""
+        fields = {f.name for f in attrs.fields(cls)}
+        values = {key: value for key, value in data.items() if key in fields}
+        if "grader" not in values and isinstance(data.get("protocol"), str):
+            values["grader"] = data["protocol"]
+        return cls(**values)
 
 
 @attrs.frozen(kw_only=True)

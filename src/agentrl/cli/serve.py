@@ -19,9 +19,12 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from agentrl.engines.base import Engine
 
 __all__ = ["serve"]
 
@@ -62,21 +65,16 @@ def client_instructions(base_url: str, tokens: dict[str, str]) -> str:
     )
 
 
-def build_engine(name: str, url: str | None, model: str | None) -> Any:
+def build_engine(name: str, url: str | None, model: str | None) -> Engine:
+    """The ``name`` engine built from ``--engine-url`` / ``--model`` (``Engine.from_options``)."""
     from agentrl import plugins
-    from agentrl.engines.base import EngineError
+    from agentrl.engines.base import EngineError, MissingEngineOptionError
 
-    cls = plugins.get_engine(name)
-    if name == "sglang":
-        if not url:
-            raise click.UsageError("--engine sglang needs --engine-url http://host:port")
-        location: str = url
-    elif not model:
-        raise click.UsageError(f"--engine {name} needs --model PATH (a local model directory)")
-    else:
-        location = model
     try:
-        return cls(location)
+        return plugins.get_engine(name).from_options(url=url, model_path=model)
+    except MissingEngineOptionError as exc:
+        flags = {"url": "--engine-url", "model_path": "--model"}
+        raise click.UsageError(exc.for_flags(flags)) from None
     except (ValueError, EngineError) as exc:
         raise click.UsageError(str(exc)) from None
 

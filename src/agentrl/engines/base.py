@@ -1,15 +1,36 @@
-"""The engine contract: token ids in, sampled token ids and their log-probs out."""
+"""The engine contract: token ids in, sampled token ids and their log-probs out.
+
+Every command builds an engine one way, ``cls.from_options(options, url=..., model_path=...)``:
+``url`` (a server) and ``model_path`` (a local model directory) are the generic places an
+engine can run (``--engine-url``, ``--model-path``/``--model``), ``options`` its own keyword
+options. Each engine says which of them it needs (``check_options``), so no caller knows
+engine names.
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import attrs
 
-__all__ = ["TOKEN_EXACT_SAMPLING", "Engine", "EngineError", "Generation"]
+from agentrl.plugin_options import check_option_keys, keyword_parameters
+
+__all__ = [
+    "TOKEN_EXACT_SAMPLING",
+    "Engine",
+    "EngineError",
+    "EngineLocation",
+    "Generation",
+    "MissingEngineOptionError",
+]
+
+#: The generic options saying where an engine runs: a server URL or a local model directory.
+EngineLocation = Literal["url", "model_path"]
+
+_EngineT = TypeVar("_EngineT", bound="Engine")
 
 #: Sampling parameters every token-in-token-out request carries (SGLang's names): the
 #: engine must return the exact ids, special tokens included, with no stop trimming.
@@ -29,6 +50,23 @@ class EngineError(Exception):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class MissingEngineOptionError(ValueError):
+    """The engine needs a generic option (``url`` or ``model_path``) that was not given.
+
+    Each command names its own flag for it: :meth:`for_flags` writes the message.
+    """
+
+    def __init__(self, engine: str, option: EngineLocation, hint: str) -> None:
+        self.engine = engine
+        self.option: EngineLocation = option
+        self.hint = hint
+        super().__init__(f"the {engine!r} engine needs {option} ({hint})")
+
+    def for_flags(self, flags: Mapping[EngineLocation, str]) -> str:
+        """The message naming the command's flag, e.g. ``--engine sglang needs --engine-url (…)``."""
+        return f"--engine {self.engine} needs {flags[self.option]} ({self.hint})"
 
 
 @attrs.frozen(kw_only=True)
@@ -53,6 +91,59 @@ class Engine(abc.ABC):
     """A token-level inference engine. One core async method, plus health, abort and close."""
 
     name: ClassVar[str]
+
+    #: The generic option the engine is built from, passed as its first argument: ``"url"``
+    #: (a server), ``"model_path"`` (a local model directory) or None (neither).
+    location: ClassVar[EngineLocation | None] = None
+    #: What ``location`` is, for the error when it is missing ("a local model directory").
+    location_hint: ClassVar[str] = ""
+
+    @classmethod
+    def option_names(cls) -> frozenset[str] | None:
+        """The keys of ``options`` that ``from_options`` accepts; None when any key may be valid.
+
+        By default the constructor's keyword parameters after the ``location`` argument
+        (None when it takes ``**kwargs``). An engine whose options go elsewhere overrides it.
+        """
+        return keyword_parameters(cls, positional=1 if cls.location else 0)
+
+    @classmethod
+    def check_options(
+        cls,
+        options: Mapping[str, Any],
+        *,
+        url: str | None = None,
+        model_path: str | None = None,
+    ) -> None:
+        """Fail, before anything starts, when the engine cannot be built from these options.
+
+        Raises :class:`MissingEngineOptionError` when the engine's ``location`` was not
+        given and ``OptionsError`` (listing the valid keys) for a key of ``options`` the
+        engine does not take.
+        """
+        if cls.location is not None and not {"url": url, "model_path": model_path}[cls.location]:
+            raise MissingEngineOptionError(cls.name, cls.location, cls.location_hint)
+        check_option_keys(f"the {cls.name!r} engine", options, cls.option_names())
+
+    @classmethod
+    def from_options(
+        cls: type[_EngineT],
+        options: Mapping[str, Any] | None = None,
+        *,
+        url: str | None = None,
+        model_path: str | None = None,
+    ) -> _EngineT:
+        """Build the engine from the generic options (``agentrl rollout``, ``serve``, slime alike).
+
+        Checks them first (:meth:`check_options`), then calls the constructor with the
+        ``location`` value (when the engine has one) and ``options`` as keyword arguments.
+        An engine built another way overrides this classmethod.
+        """
+        options = dict(options or {})
+        cls.check_options(options, url=url, model_path=model_path)
+        if cls.location is None:
+            return cls(**options)
+        return cls({"url": url, "model_path": model_path}[cls.location], **options)
 
     @abc.abstractmethod
     async def generate(

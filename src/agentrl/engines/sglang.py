@@ -2,6 +2,7 @@
 
 Public API::
 
+    engine = SGLangEngine.from_options(options, url=url)   # how every command builds it
     engine = SGLangEngine(url, *, sock_read_timeout=900.0, total_timeout=None,
                           abort_timeout=5.0, default_sampling=None, headers=None,
                           max_connections=0, health_path="/health", health_timeout=5.0)
@@ -42,7 +43,13 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
+from agentrl.engines.base import (
+    TOKEN_EXACT_SAMPLING,
+    Engine,
+    EngineError,
+    EngineLocation,
+    Generation,
+)
 
 __all__ = ["DEFAULT_SAMPLING", "SGLangEngine"]
 
@@ -63,6 +70,8 @@ class SGLangEngine(Engine):
     """Token-level generation over SGLang's native HTTP API."""
 
     name: ClassVar[str] = "sglang"
+    location: ClassVar[EngineLocation] = "url"
+    location_hint: ClassVar[str] = "the SGLang router's URL, http://host:port"
 
     def __init__(
         self,

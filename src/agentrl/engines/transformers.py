@@ -2,6 +2,7 @@
 
 Public API::
 
+    engine = TransformersEngine.from_options(options, model_path=path)   # how commands build it
     engine = TransformersEngine(model_path, *, device="cpu", dtype="float32", seed=None,
                                 stop_token_ids=None)
     await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
@@ -32,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentrl.engines.base import Engine, EngineError, Generation
+from agentrl.engines.base import Engine, EngineError, EngineLocation, Generation
 from agentrl.extras import install_hint
 
 __all__ = ["TransformersEngine"]
@@ -58,6 +59,8 @@ class TransformersEngine(Engine):
     """Samples from a local Hugging Face causal LM, recording each token's log-prob."""
 
     name: ClassVar[str] = "transformers"
+    location: ClassVar[EngineLocation] = "model_path"
+    location_hint: ClassVar[str] = "a local model directory"
 
     def __init__(
         self,

@@ -186,6 +186,16 @@ class Grader(abc.ABC):
                 )
         return cls(**{k: v for k, v in given.items() if k in accepted})
 
+    @classmethod
+    def claims(cls, row: Mapping[str, Any]) -> bool:
+        """Whether ``row`` is in this grader's format, for ``auto`` grader selection.
+
+        ``detect_grader`` asks every registered grader (plugins first) and takes the first
+        that claims the row; a row nobody claims goes to ``scaleswe``. The default claims
+        nothing: such a grader is chosen by name only. It must not raise on odd rows.
+        """
+        return False
+
     @abc.abstractmethod
     def parse_task(self, row: Mapping[str, Any]) -> Task:
         """Parse one JSONL row into a Task; raise ``ValueError`` naming the bad field."""

@@ -30,6 +30,7 @@ from agentrl.graders.tasks import (
     load_tasks,
     select_protocol,
 )
+from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Grade, Task
 
 __all__ = [
@@ -253,13 +254,13 @@ async def check_tasks(
     concurrency: int = 2,
     on_done: Callable[[TaskCheck], None] | None = None,
 ) -> list[TaskCheck]:
-    """``check_task`` for every row with the grader of its protocol, at most
+    """``check_task`` for every row with its task's grader (``graders`` by name), at most
     ``concurrency`` at a time; results come in row order."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(row: TaskRow) -> TaskCheck:
         async with gate:
-            grader = graders[row.task.protocol]
+            grader = graders[row.task.grader]
             result = await check_task(row, grader, sandbox_factory, runs=runs)
         if on_done is not None:
             on_done(result)
@@ -271,18 +272,16 @@ async def check_tasks(
 def sandbox_factory_for(
     name: str, *, host_python: bool = True, options: Mapping[str, Any] | None = None
 ) -> SandboxFactory:
-    """A factory building a fresh ``name`` sandbox per task (host Python bound in for
-    ``local`` sandboxes of image-less tasks when ``host_python``)."""
+    """A factory building a fresh ``name`` sandbox per task (this machine's Python bound in
+    for image-less tasks when ``host_python`` and the backend can: ``Sandbox.with_host_python``)."""
     from agentrl.plugins import get_sandbox
 
     sandbox_cls = get_sandbox(name)
     extra = dict(options or {})
+    if host_python:
+        extra = {**getattr(sandbox_cls, "with_host_python", {}), **extra}
 
-    if host_python and name == "local":
-        # The local sandbox binds this machine's Python itself (ignored for image roots).
-        extra = {"host_python": True, **extra}
-
-    def factory(task: Task) -> Any:
+    def factory(task: Task) -> Sandbox:
         return sandbox_cls.from_task(task, **extra)
 
     return factory

@@ -96,6 +96,21 @@ class ScaleSWEGrader(Grader):
         self.setup_timeout = setup_timeout
 
     # -- rows ------------------------------------------------------------------------------
+    @classmethod
+    def claims(cls, row: Mapping[str, Any]) -> bool:
+        """A row with a scaleswe grading method: ``swepro``, ``eval_cmd`` or ``f2p_script``."""
+        metadata = row.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return False
+        remote = metadata.get("remote_env_info")
+        remote = remote if isinstance(remote, Mapping) else {}
+        return bool(
+            metadata.get("swepro")
+            or metadata.get("eval_cmd")
+            or remote.get("f2p_script")
+            or metadata.get("f2p_script")
+        )
+
     def parse_task(self, row: Mapping[str, Any]) -> Task:
         metadata, remote, extra = parse_common(row)
         label = extra.get("label") if len(extra.get("label", "")) < 256 else None
@@ -147,7 +162,7 @@ class ScaleSWEGrader(Grader):
             or optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
             or "/workspace",
             repo=optional_str(metadata.get("repo"), "metadata.repo"),
-            protocol=self.name,
+            grader=self.name,
             pre_commands=_pre_commands(pre, "metadata.pre_commands"),
             grading=grading,
             metadata=extra,

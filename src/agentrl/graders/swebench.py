@@ -137,6 +137,25 @@ class SWEBenchGrader(Grader):
         self.ladder = tuple(ladder) if ladder is not None else None
 
     # -- rows ------------------------------------------------------------------------------
+    @classmethod
+    def claims(cls, row: Mapping[str, Any]) -> bool:
+        """A SWE-bench instance: ``remote_env_info`` with a ``test_patch`` or an ``eval_script``.
+
+        A row that also names a scaleswe grading method (``swepro``, ``eval_cmd``,
+        ``f2p_script``) is left to scaleswe.
+        """
+        metadata = row.get("metadata")
+        remote = metadata.get("remote_env_info") if isinstance(metadata, Mapping) else None
+        if not isinstance(metadata, Mapping) or not isinstance(remote, Mapping):
+            return False
+        other = (
+            metadata.get("swepro")
+            or metadata.get("eval_cmd")
+            or remote.get("f2p_script")
+            or metadata.get("f2p_script")
+        )
+        return bool((remote.get("test_patch") or remote.get("eval_script")) and not other)
+
     def parse_task(self, row: Mapping[str, Any]) -> Task:
         metadata, remote, extra = parse_common(row)
         if not remote:
@@ -171,7 +190,7 @@ class SWEBenchGrader(Grader):
             image=image,
             workdir=workdir,
             repo=optional_str(metadata.get("repo"), "metadata.repo"),
-            protocol=self.name,
+            grader=self.name,
             grading={"instance": instance},
             metadata=extra,
         )

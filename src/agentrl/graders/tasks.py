@@ -1,8 +1,13 @@
-"""Task rows: slime's JSONL shape, protocol selection, loading, gold patches.
+"""Task rows: slime's JSONL shape, grader selection, loading, gold patches.
 
 A row is one JSON object with ``prompt`` (a string or a chat message list), ``label`` and
-``metadata``; the grading protocol (``scaleswe`` or ``swebench``) decides how ``metadata``
-is read. The protocol is chosen per call, so training and evaluation may differ.
+``metadata``; the grader (``scaleswe``, ``swebench`` or a plugin's) decides how
+``metadata`` is read. The grader is chosen per call, so training and evaluation may
+differ; ``auto`` asks the registered graders which of them claims each row.
+
+``select_protocol``, ``detect_protocol``, ``DEFAULT_PROTOCOL``, ``AUTO_PROTOCOL`` and
+``load_tasks(protocol=...)`` are the deprecated names of ``select_grader``,
+``detect_grader``, ``DEFAULT_GRADER``, ``AUTO_GRADER`` and ``load_tasks(grader=...)``.
 """
 
 from __future__ import annotations
@@ -11,37 +16,47 @@ import json
 import logging
 import os
 import pathlib
+import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl import settings
-from agentrl.types import Task
+from agentrl.types import DEFAULT_GRADER, Task
+
+if TYPE_CHECKING:
+    from agentrl.graders.base import Grader
 
 __all__ = [
+    "AUTO_GRADER",
     "AUTO_PROTOCOL",
+    "DEFAULT_GRADER",
     "DEFAULT_PROTOCOL",
     "TaskLoadError",
     "TaskRow",
+    "detect_grader",
     "detect_protocol",
     "gold_patch",
-    "grader_for",
     "iter_rows",
     "load_tasks",
+    "make_grader",
     "optional_str",
     "parse_common",
     "prompt_text",
     "require_mapping",
     "resolve_host_path",
+    "select_grader",
     "select_protocol",
 ]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PROTOCOL = "scaleswe"
-#: Pseudo-protocol: choose ``swebench`` or ``scaleswe`` per row from the row's shape.
-AUTO_PROTOCOL = "auto"
+#: Pseudo-grader: choose a grader per row, the first registered one that claims it.
+AUTO_GRADER = "auto"
+#: Deprecated names of ``DEFAULT_GRADER`` and ``AUTO_GRADER``.
+DEFAULT_PROTOCOL = DEFAULT_GRADER
+AUTO_PROTOCOL = AUTO_GRADER
 
 #: The setting read when no protocol is passed explicitly (its aliases: the older names).
 _GRADER_SETTING = {False: "AGENTRL_TRAIN_GRADER", True: "AGENTRL_EVAL_GRADER"}
@@ -51,48 +66,71 @@ class TaskLoadError(ValueError):
     """A task file or one of its rows could not be read or parsed."""
 
 
-def select_protocol(
-    protocol: str | None = None,
+def select_grader(
+    grader: str | None = None,
     *,
     evaluation: bool = False,
     env: Mapping[str, str] | None = None,
-    default: str = DEFAULT_PROTOCOL,
+    default: str = DEFAULT_GRADER,
 ) -> str:
-    """The grading protocol for one call: explicit, then environment, then ``default``.
+    """The grader name for one call: explicit, then environment, then ``default``.
 
     Training reads ``AGENTRL_TRAIN_GRADER``, then the older ``AGENTRL_TRAIN_PROTOCOL`` and
     slime's ``SWE_TRAIN_PROTOCOL``; evaluation reads ``AGENTRL_EVAL_GRADER``,
     ``AGENTRL_EVAL_PROTOCOL``, ``SWE_EVAL_PROTOCOL``. The environment is read on every call,
     never at import time.
     """
-    if protocol:
-        return protocol.strip()
+    if grader:
+        return grader.strip()
     return settings.get(_GRADER_SETTING[bool(evaluation)], env, default=default)
 
 
-def detect_protocol(row: Mapping[str, Any]) -> str:
-    """``swebench`` for a row shaped like a SWE-bench instance, else ``scaleswe``.
+def detect_grader(row: Mapping[str, Any]) -> str:
+    """The name of the first registered grader that claims ``row`` (``Grader.claims``).
 
-    A SWE-bench row carries ``metadata.remote_env_info`` with a ``test_patch`` or an
-    ``eval_script`` and none of scaleswe's grading fields (swepro, eval_cmd, f2p_script).
+    Plugins' graders are asked before the built-ins; a row nobody claims goes to
+    ``DEFAULT_GRADER`` (scaleswe), whose ``check`` says what the row lacks.
     """
-    metadata = row.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return DEFAULT_PROTOCOL
-    remote = metadata.get("remote_env_info")
-    if not isinstance(remote, Mapping):
-        return DEFAULT_PROTOCOL
-    scaleswe = metadata.get("swepro") or metadata.get("eval_cmd") or remote.get("f2p_script")
-    if (remote.get("test_patch") or remote.get("eval_script")) and not scaleswe:
-        return "swebench"
-    return DEFAULT_PROTOCOL
+    from agentrl.plugins import get_graders
+
+    for cls in get_graders():
+        claims = getattr(cls, "claims", None)
+        if claims is not None and claims(row):
+            return cls.name
+    return DEFAULT_GRADER
 
 
-def grader_for(protocol: str) -> Any:
-    """The grader registered as ``protocol``, built with its defaults (``Grader.from_options``)."""
+def make_grader(name: str, *, timeout: float | None = None) -> Grader:
+    """The grader registered as ``name``, given a grading budget (``Grader.from_options``).
+
+    ``timeout`` None leaves the grader's own default. Every caller that builds a grader
+    by name (``load_tasks``, the rollout stack, ``agentrl check-tasks``) comes here.
+    """
     from agentrl.plugins import get_grader
 
-    return get_grader(protocol).from_options()
+    return get_grader(name).from_options(timeout=timeout)
+
+
+def select_protocol(
+    protocol: str | None = None,
+    *,
+    evaluation: bool = False,
+    env: Mapping[str, str] | None = None,
+    default: str = DEFAULT_GRADER,
+) -> str:
+    """Deprecated: ``select_grader``."""
+    warnings.warn(
+        "select_protocol is deprecated; use select_grader", DeprecationWarning, stacklevel=2
+    )
+    return select_grader(protocol, evaluation=evaluation, env=env, default=default)
+
+
+def detect_protocol(row: Mapping[str, Any]) -> str:
+    """Deprecated: ``detect_grader``."""
+    warnings.warn(
+        "detect_protocol is deprecated; use detect_grader", DeprecationWarning, stacklevel=2
+    )
+    return detect_grader(row)
 
 
 def prompt_text(prompt: Any) -> str:
@@ -222,32 +260,42 @@ def iter_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any
 def load_tasks(
     path: str | os.PathLike[str],
     *,
-    protocol: str | None = None,
+    grader: str | Grader | None = None,
     evaluation: bool = False,
-    grader: Any | None = None,
+    protocol: str | None = None,
 ) -> list[TaskRow]:
-    """Parse every row of a JSONL task file with the selected protocol's grader.
+    """Parse every row of a JSONL task file with the selected grader.
 
-    ``grader`` (an instance) wins over ``protocol``; protocol ``auto`` picks a grader per
-    row with ``detect_protocol``. Relative host paths in a row (``metadata.repo``, swepro
-    scripts, gold patches) are resolved against the JSONL file's directory.
+    ``grader`` is a grader instance or a name (``select_grader`` fills in a missing one);
+    ``auto`` picks a grader per row with ``detect_grader``. ``protocol`` is the deprecated
+    name of ``grader``. Relative host paths in a row (``metadata.repo``, swepro scripts,
+    gold patches) are resolved against the JSONL file's directory.
     """
+    if protocol is not None:
+        warnings.warn(
+            "load_tasks(protocol=...) is deprecated; pass grader=...",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        grader = grader or protocol
     file = pathlib.Path(path)
-    graders: dict[str, Any] = {}
-    chosen = grader.name if grader is not None else select_protocol(protocol, evaluation=evaluation)
-    if grader is not None:
+    graders: dict[str, Grader] = {}
+    if grader is None or isinstance(grader, str):
+        chosen = select_grader(grader, evaluation=evaluation)
+    else:
+        chosen = grader.name
         graders[chosen] = grader
     base_dir = file.resolve().parent
     rows = []
     for number, row in iter_rows(file):
-        name = detect_protocol(row) if chosen == AUTO_PROTOCOL else chosen
+        name = detect_grader(row) if chosen == AUTO_GRADER else chosen
         if name not in graders:
-            graders[name] = grader_for(name)
+            graders[name] = make_grader(name)
         row_grader = graders[name]
         try:
             task = row_grader.resolve_paths(row_grader.parse_task(row), base_dir)
         except (ValueError, TypeError, KeyError) as exc:
             raise TaskLoadError(f"{file}:{number}: {exc}") from exc
         rows.append(TaskRow(source=str(file), line=number, task=task))
-    logger.info("loaded %d tasks from %s (protocol %s)", len(rows), file, chosen)
+    logger.info("loaded %d tasks from %s (grader %s)", len(rows), file, chosen)
     return rows

@@ -28,6 +28,7 @@ from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task
 
 if TYPE_CHECKING:
+    from agentrl.adapters.middleware import Middleware
     from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
@@ -116,7 +117,7 @@ class Phases:
     harness: Harness
     grader: Grader
     sandbox_factory: SandboxFactory
-    middleware: Any
+    middleware: Middleware
     config: RolloutConfig
     sampling_params: dict[str, Any]
     booter: Booter
@@ -295,7 +296,7 @@ async def _guarded(what: str, step: Any) -> Any:
         ) from exc
 
 
-def _sandbox_url(sandbox: Sandbox, middleware: Any, config: RolloutConfig) -> str:
+def _sandbox_url(sandbox: Sandbox, middleware: Middleware, config: RolloutConfig) -> str:
     parsed = urllib.parse.urlsplit(getattr(middleware, "url", None) or "")
     port = config.middleware_port or parsed.port
     # A middleware on a unix socket only has no TCP host; sandboxes that relay the socket

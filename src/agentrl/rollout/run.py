@@ -25,7 +25,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -38,6 +38,9 @@ from agentrl.rollout.phases import Phases, State
 from agentrl.sandboxes.boot import Booter
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task
+
+if TYPE_CHECKING:
+    from agentrl.adapters.middleware import Middleware
 
 __all__ = ["RolloutResult", "rollout_booter", "run_rollout"]
 
@@ -113,7 +116,7 @@ async def run_rollout(
     harness: Harness,
     grader: Grader,
     sandbox_factory: SandboxFactory,
-    middleware: Any,
+    middleware: Middleware,
     config: RolloutConfig | None = None,
     sampling_params: Mapping[str, Any] | None = None,
     session_id: str | None = None,

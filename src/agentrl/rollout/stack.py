@@ -2,14 +2,15 @@
 
 ``agentrl rollout`` and ``agentrl demo`` build a ``Stack`` from ``StackOptions`` and call
 ``stack.rollout(task, index)`` for every job; the runner does the rest. Everything is looked
-up through the plugin registry, so plugin engines, sandboxes, harnesses and graders work here
-unchanged.
+up through the plugin registry and asked through its contract (``Engine.from_options``,
+``Sandbox.reaches_middleware_over_unix_socket``, ``Grader.from_options``), so plugin
+engines, sandboxes, harnesses and graders get the built-ins' treatment here.
 
 How the agent inside a sandbox reaches the middleware:
 
-* over a unix socket (the ``local`` sandbox always, any backend that binds sockets when
-  ``unix_path`` is set): the socket is bound into every sandbox and relayed to
-  ``127.0.0.1:sandbox_port`` inside (the local sandbox has no network at all otherwise).
+* over a unix socket (a backend with no network, such as ``local``, always; any backend
+  that binds sockets when ``unix_path`` is set): the socket is bound into every sandbox
+  and relayed to ``127.0.0.1:sandbox_port`` inside.
 * over the network (every other case): the middleware listens on TCP at ``bind_host:port``
   and the agent dials ``public_host`` (which must be routable from the sandbox) at that port.
 
@@ -25,13 +26,26 @@ import pathlib
 import tempfile
 import urllib.parse
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl import plugins
+from agentrl.engines.base import EngineLocation, MissingEngineOptionError
+from agentrl.plugin_options import OptionsError, check_option_keys
+from agentrl.rollout.config import RolloutConfig
 from agentrl.types import Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from agentrl.adapters.middleware import Middleware
+    from agentrl.engines.base import Engine
+    from agentrl.graders.base import Grader
+    from agentrl.harnesses.base import Harness
+    from agentrl.rollout.run import RolloutResult
+    from agentrl.sandboxes.base import Sandbox
 
 __all__ = ["Stack", "StackError", "StackOptions", "merge_sandbox_options"]
 
@@ -39,6 +53,15 @@ logger = logging.getLogger(__name__)
 
 #: Where the local sandbox relays the middleware's unix socket inside the sandbox.
 DEFAULT_SANDBOX_PORT = 18001
+
+#: The ``agentrl rollout`` flags for the generic engine options, named in its errors.
+ENGINE_FLAGS: Mapping[EngineLocation, str] = {"url": "--engine-url", "model_path": "--model-path"}
+
+#: ``RolloutConfig`` fields the stack fills itself (from ``max_context_tokens`` and where
+#: the middleware listens), so never rollout options.
+_STACK_ROLLOUT_FIELDS = frozenset(
+    {"max_context_tokens", "max_sample_tokens", "middleware_host", "middleware_port"}
+)
 
 
 class StackError(ValueError):
@@ -57,6 +80,22 @@ def merge_sandbox_options(*parts: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def rollout_config(value: RolloutConfig | Mapping[str, Any] | None) -> RolloutConfig | None:
+    """``StackOptions.rollout`` from a ``RolloutConfig`` or a mapping of its fields (the CLIs').
+
+    Raises ``StackError`` for a key ``RolloutConfig`` has not, one the stack fills itself,
+    or a value it refuses.
+    """
+    if value is None or isinstance(value, RolloutConfig):
+        return value
+    accepted = {field.name for field in attrs.fields(RolloutConfig)} - _STACK_ROLLOUT_FIELDS
+    try:
+        check_option_keys("the rollout", value, accepted)
+        return RolloutConfig(**value)
+    except (OptionsError, ValueError, TypeError) as exc:
+        raise StackError(f"rollout options: {exc}") from None
+
+
 @attrs.frozen(kw_only=True)
 class StackOptions:
     """Everything ``agentrl rollout`` can be told; defaults are the embedded local setup."""
@@ -65,6 +104,7 @@ class StackOptions:
     sandbox: str = "local"
     grader: str = "scaleswe"
     engine: str = "sglang"
+    #: Where the engine runs, for engines that say so (``Engine.location``).
     engine_url: str | None = None
     model_path: str | None = None
     tokenizer: str | None = None
@@ -76,12 +116,13 @@ class StackOptions:
     cli_dir: str | None = None
     harness_options: dict[str, Any] = attrs.field(factory=dict)
     sandbox_options: dict[str, Any] = attrs.field(factory=dict)
-    #: local sandbox, image-less tasks: bind this machine's Python (with pytest) in read-only.
+    #: Image-less tasks: bind this machine's Python (with pytest) in read-only, where the
+    #: sandbox backend can (``Sandbox.with_host_python``).
     host_python: bool = True
     bind_host: str = "127.0.0.1"
     port: int = 0
     public_host: str | None = None
-    #: Serve over this unix socket (default for ``local``: a fresh temporary path).
+    #: Serve over this unix socket (default for socket-only sandboxes: a fresh temporary path).
     unix_path: str | None = None
     sandbox_port: int = DEFAULT_SANDBOX_PORT
     sampling: dict[str, Any] = attrs.field(factory=dict)
@@ -89,19 +130,21 @@ class StackOptions:
     fork_threshold_tokens: int = 1024
     reward_split: str = "full"
     boot_concurrency: int = 4
-    rollout: dict[str, Any] = attrs.field(factory=dict)
+    #: Budgets and prompt of every rollout: a ``RolloutConfig`` or a mapping of its fields.
+    #: Its ``eval_timeout`` is the graders' budget; None: ``RolloutConfig()`` and each
+    #: grader's own default budget.
+    rollout: RolloutConfig | None = attrs.field(default=None, converter=rollout_config)
 
     @property
     def over_unix_socket(self) -> bool:
         """Whether sandboxes reach the middleware through a bound unix socket."""
-        return self.sandbox == "local" or self.unix_path is not None
+        sandbox_cls = plugins.get_sandbox(self.sandbox)
+        socket_only = getattr(sandbox_cls, "reaches_middleware_over_unix_socket", False)
+        return self.unix_path is not None or socket_only
 
     def check(self) -> None:
         """Fail early, before anything starts, on combinations that cannot work."""
-        if self.engine == "sglang" and not self.engine_url:
-            raise StackError("--engine sglang needs --engine-url (the SGLang router's URL)")
-        if self.engine == "transformers" and not self.model_path:
-            raise StackError("--engine transformers needs --model-path (a local model directory)")
+        self.check_engine()
         if not (self.tokenizer or self.model_path):
             raise StackError("pass --tokenizer PATH (a local tokenizer directory)")
         if not self.over_unix_socket and not self.public_host:
@@ -111,27 +154,25 @@ class StackOptions:
             )
         self.check_option_keys()
 
-    def engine_args(self) -> tuple[Any, ...]:
-        """The positional arguments the engine class is built with (before ``engine_options``)."""
-        if self.engine == "sglang":
-            return (self.engine_url,)
-        if self.engine == "transformers":
-            return (self.model_path,)
-        return ()
+    def check_engine(self) -> None:
+        """Raise ``StackError`` when the engine cannot be built (``Engine.check_options``)."""
+        try:
+            plugins.get_engine(self.engine).check_options(
+                self.engine_options, url=self.engine_url, model_path=self.model_path
+            )
+        except MissingEngineOptionError as exc:
+            raise StackError(exc.for_flags(ENGINE_FLAGS)) from None
+        except OptionsError as exc:
+            raise StackError(f"engine options: {exc}") from None
 
     def check_option_keys(self) -> None:
-        """Raise ``StackError`` for an option key the sandbox, harness or engine does not take.
+        """Raise ``StackError`` for an option key the sandbox or harness does not take.
 
         Each plugin class says what it accepts (its ``check_options`` classmethod; by
         default its constructor's keyword parameters). A class without ``check_options``
         gets its options unchecked. Unknown plugin names raise ``PluginError``.
         """
-        from agentrl.plugin_options import OptionsError, check_option_keys, keyword_parameters
-
-        engine_keys = keyword_parameters(
-            plugins.get_engine(self.engine), positional=len(self.engine_args())
-        )
-        checks = (
+        checks: Sequence[tuple[str, type, Mapping[str, Any]]] = (
             ("--sandbox-options", plugins.get_sandbox(self.sandbox), self.sandbox_options),
             ("--harness-options", plugins.get_harness(self.harness), self.harness_options),
         )
@@ -142,10 +183,6 @@ class StackOptions:
                     check(options)
             except OptionsError as exc:
                 raise StackError(f"{flag}: {exc}") from None
-        try:
-            check_option_keys(f"the {self.engine!r} engine", self.engine_options, engine_keys)
-        except OptionsError as exc:
-            raise StackError(f"engine options: {exc}") from None
 
 
 class Stack:
@@ -154,9 +191,17 @@ class Stack:
     def __init__(self, options: StackOptions) -> None:
         options.check()
         self.options = options
-        self.engine: Any = None
-        self.middleware: Any = None
-        self.tokenizer: Any = None
+        self.engine: Engine | None = None
+        self.middleware: Middleware | None = None
+        self.tokenizer: PreTrainedTokenizerBase | None = None
+        #: The grader of every task (None for ``auto``: each task's own, see ``grader_for``).
+        self.grader: Grader | None = None
+        self.harness: Harness | None = None
+        self.sandbox_options: dict[str, Any] = {}
+        self.rollout_config: RolloutConfig = options.rollout or RolloutConfig()
+        #: Bounds the sandboxes booting at once (made on start, in the loop that uses it).
+        self.boot_semaphore: asyncio.Semaphore | None = None
+        self._sandbox_cls: type[Sandbox] = plugins.get_sandbox(options.sandbox)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     async def __aenter__(self) -> Stack:
@@ -172,19 +217,20 @@ class Stack:
 
     async def _start(self) -> None:
         from agentrl.adapters.base import Middleware
-        from agentrl.rollout.config import RolloutConfig
         from agentrl.tokenizers import load_tokenizer
         from agentrl.trajectory import TrajectoryManager
 
         o = self.options
         harness_cls = plugins.get_harness(o.harness)
         self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
-        sandbox_cls = plugins.get_sandbox(o.sandbox)
+        sandbox_cls = self._sandbox_cls
         engine_cls = plugins.get_engine(o.engine)
 
         self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
-        self.engine = engine_cls(*o.engine_args(), **o.engine_options)
-        self.middleware = Middleware(
+        self.engine = engine_cls.from_options(
+            o.engine_options, url=o.engine_url, model_path=o.model_path
+        )
+        middleware = self.middleware = Middleware(
             engine=self.engine,
             tokenizer=self.tokenizer,
             tool_parser=o.tool_parser,
@@ -196,34 +242,36 @@ class Stack:
 
         harness_options = dict(o.harness_options)
         sandbox_options: dict[str, Any] = {}
-        if o.sandbox == "local" and o.host_python:
-            # The local sandbox binds this machine's Python in for image-less tasks.
-            sandbox_options["host_python"] = True
+        if o.host_python:
+            # A backend that can bind this machine's Python in says how (image-less tasks).
+            sandbox_options.update(getattr(sandbox_cls, "with_host_python", {}))
         if o.over_unix_socket:
             unix_path = o.unix_path
             if unix_path is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="agentrl-mw-")
                 unix_path = str(pathlib.Path(self._tmp.name) / "middleware.sock")
-            await self.middleware.start(host=None, unix_path=unix_path)
+            await middleware.start(host=None, unix_path=unix_path)
             sandbox_options["services"] = {o.sandbox_port: unix_path}
-            where = {"middleware_host": "127.0.0.1", "middleware_port": o.sandbox_port}
+            where: dict[str, Any] = {
+                "middleware_host": "127.0.0.1",
+                "middleware_port": o.sandbox_port,
+            }
             if o.cli_dir and "cli_path" not in harness_options:
                 binds, cli_path = harness_cls.host_install(o.cli_dir)
                 sandbox_options["ro_binds"] = binds
                 harness_options["cli_path"] = cli_path
         else:
-            await self.middleware.start(host=o.bind_host, port=o.port)
-            port = urllib.parse.urlsplit(self.middleware.url).port
+            await middleware.start(host=o.bind_host, port=o.port)
+            port = urllib.parse.urlsplit(middleware.url).port
             where = {"middleware_host": o.public_host, "middleware_port": port}
         self.sandbox_options = merge_sandbox_options(sandbox_options, o.sandbox_options)
-        self._sandbox_cls = sandbox_cls
         self.harness = harness_cls(**harness_options)
         self.boot_semaphore = asyncio.Semaphore(o.boot_concurrency)
-        self.rollout_config = RolloutConfig(
+        self.rollout_config = attrs.evolve(
+            self.rollout_config,
             max_context_tokens=o.max_context_tokens,
             max_sample_tokens=o.max_context_tokens,
             **where,
-            **o.rollout,
         )
         logger.info(
             "stack up: harness=%s sandbox=%s grader=%s engine=%s middleware=%s",
@@ -231,10 +279,10 @@ class Stack:
             o.sandbox,
             o.grader,
             o.engine,
-            self.middleware.url or self.middleware.unix_path,
+            middleware.url or middleware.unix_path,
         )
 
-    def sandbox_factory(self, task: Task) -> Any:
+    def sandbox_factory(self, task: Task) -> Sandbox:
         """A fresh, unstarted sandbox for ``task`` (agent and grading sandboxes alike)."""
         return self._sandbox_cls.from_task(task, **self.sandbox_options)
 
@@ -282,20 +330,25 @@ class Stack:
                 except HarnessError as exc:
                     raise StackError(str(exc)) from None
 
-    def make_grader(self, name: str) -> Any:
-        """A ``name`` grader given the rollout's grading budget (``Grader.from_options``)."""
-        eval_timeout = self.options.rollout.get("eval_timeout")
-        return plugins.get_grader(name).from_options(timeout=eval_timeout or None)
+    def make_grader(self, name: str) -> Grader:
+        """A ``name`` grader given the rollout's grading budget (``graders.tasks.make_grader``)."""
+        from agentrl.graders.tasks import make_grader
 
-    def grader_for(self, task: Task) -> Any:
+        rollout = self.options.rollout
+        return make_grader(name, timeout=rollout.eval_timeout if rollout is not None else None)
+
+    def grader_for(self, task: Task) -> Grader:
+        """The stack's grader, or (grader ``auto``) one for the grader ``task`` names."""
         if self.grader is not None:
             return self.grader
-        return self.make_grader(task.protocol)
+        return self.make_grader(task.grader)
 
-    async def rollout(self, task: Task, index: int) -> Any:
+    async def rollout(self, task: Task, index: int) -> RolloutResult:
         """Run one rollout of ``task`` end to end."""
         from agentrl.rollout.run import run_rollout
 
+        if self.harness is None or self.middleware is None:
+            raise RuntimeError("the stack is not started: use `async with Stack(options)`")
         return await run_rollout(
             task,
             harness=self.harness,
@@ -308,7 +361,10 @@ class Stack:
             boot_semaphore=self.boot_semaphore,
         )
 
-    def decode(self, ids: Any) -> str:
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of token ``ids``, special tokens kept (for the runner's rollout rows)."""
+        if self.tokenizer is None:
+            raise RuntimeError("the stack is not started: use `async with Stack(options)`")
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     async def aclose(self) -> None:

@@ -18,6 +18,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
@@ -165,6 +166,12 @@ class Sandbox(abc.ABC):
     name: ClassVar[str]
     #: Constructor parameters ``from_task`` fills from the task, so never options.
     task_parameters: ClassVar[frozenset[str]] = frozenset({"image", "repo", "workdir"})
+    #: True for a backend with no network of its own: the agent reaches the middleware only
+    #: through a unix socket bound in (``services``), so the stack always serves on one.
+    reaches_middleware_over_unix_socket: ClassVar[bool] = False
+    #: The ``from_task`` options that bind this machine's Python (with pytest) into sandboxes
+    #: of image-less tasks (``--host-python``); empty when the backend cannot.
+    with_host_python: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     @classmethod
     @abc.abstractmethod

@@ -120,7 +120,7 @@ class SlimeConfig:
 
         return default_guard_timeout(self.agent_time_budget, self.eval_timeout)
 
-    def grader_for(self, evaluation: bool) -> str:
+    def grader_name(self, evaluation: bool) -> str:
         """The grader plugin name for a training or an evaluation rollout."""
         return (self.eval_grader or self.grader) if evaluation else self.grader
 
@@ -140,13 +140,15 @@ class SlimeConfig:
 
     def validate(self) -> None:
         """Check the combination of settings; raise ``SlimeConfigError`` saying what to set."""
+        from agentrl.plugins import get_sandbox
+
         if self.unix_socket:
             return
-        if self.sandbox == "local":
+        if getattr(get_sandbox(self.sandbox), "reaches_middleware_over_unix_socket", False):
             raise SlimeConfigError(
-                "the local sandbox has no network: the agent reaches the middleware through a "
-                "unix socket bound into the sandbox. Set AGENTRL_UNIX_SOCKET to a socket path "
-                "on this node (short, e.g. /tmp/agentrl-mw.sock)"
+                f"the {self.sandbox!r} sandbox has no network: the agent reaches the middleware "
+                "through a unix socket bound into the sandbox. Set AGENTRL_UNIX_SOCKET to a "
+                "socket path on this node (short, e.g. /tmp/agentrl-mw.sock)"
             )
         self.require_public_host()
 

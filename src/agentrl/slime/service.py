@@ -199,7 +199,7 @@ class Service:
         options = StackOptions(
             harness=c.harness,
             sandbox=c.sandbox,
-            grader=c.grader_for(False),
+            grader=c.grader_name(False),
             engine="sglang",
             engine_url=s.sglang_url,
             tokenizer=s.hf_checkpoint,
@@ -220,7 +220,7 @@ class Service:
         )
         self.stack = stack = Stack(options)
         await stack.__aenter__()
-        self.graders = {False: stack.grader, True: stack.make_grader(c.grader_for(True))}
+        self.graders = {False: stack.grader, True: stack.make_grader(c.grader_name(True))}
         self._watcher = _AbortWatcher(self)
         self._watch_engine_aborts()
         logger.info(
@@ -228,8 +228,8 @@ class Service:
             "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d",
             c.harness,
             c.sandbox,
-            c.grader_for(False),
-            c.grader_for(True),
+            c.grader_name(False),
+            c.grader_name(True),
             s.sglang_url,
             stack.middleware.url or c.unix_socket,
             s.tool_parser,

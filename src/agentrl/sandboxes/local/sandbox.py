@@ -18,6 +18,7 @@ import shlex
 import shutil
 import tempfile
 import time
+from types import MappingProxyType
 from typing import Any
 
 from agentrl.sandboxes.base import ExecRequest, Sandbox, SandboxError, SandboxGoneError
@@ -49,6 +50,8 @@ class LocalSandbox(Sandbox):
     """
 
     name = "local"
+    reaches_middleware_over_unix_socket = True
+    with_host_python = MappingProxyType({"host_python": True})
 
     def __init__(self, **options: Any) -> None:
         self.options = LocalOptions.from_keywords(options)
