@@ -193,7 +193,7 @@ def headers_for(request: dict[str, Any], token: str) -> dict[str, str]:
 
 def assistant_turn(turn_index: int, **overrides: Any):
     """An empty ``stop`` turn; its minted ids and seals name the kind and ``turn_index``."""
-    from agentrl.adapters.protocol import AssistantTurn
+    from agentrl.adapters.base import AssistantTurn
 
     defaults = dict(
         turn_index=turn_index,
@@ -227,7 +227,7 @@ def all_adapters():
 @contextlib.asynccontextmanager
 async def started_middleware(engine: Any, tokenizer: Any, **options: Any):
     """A middleware on 127.0.0.1:0 with all three adapters and Qwen3's parsers, closed after."""
-    from agentrl.adapters.base import Middleware
+    from agentrl.adapters.middleware import Middleware
     from agentrl.trajectory import TrajectoryManager
 
     tool_parser, reasoning_parser = qwen_parsers()
