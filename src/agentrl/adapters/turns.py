@@ -38,6 +38,7 @@ from agentrl.types import TurnFact, TurnRecordedEvent
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -183,7 +184,7 @@ class TurnPipeline:
     """
 
     engine: Engine
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     trajectory: TrajectoryManager
     tool_parser: ToolCallParser | None = None
     reasoning_parser: ReasoningParser | None = None
