@@ -97,7 +97,7 @@ def responder_for(tokenizer, reasoning: bool):
 
 def make_middleware(engine, tokenizer, **options: Any):
     """The benchmarked middleware: Anthropic Messages, Qwen3's parsers."""
-    from agentrl.adapters.base import Middleware
+    from agentrl.adapters.middleware import Middleware
 
     return Middleware(
         engine=engine,

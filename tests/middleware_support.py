@@ -200,7 +200,7 @@ def headers_for(request: dict[str, Any], token: str) -> dict[str, str]:
 
 def assistant_turn(turn_index: int, **overrides: Any):
     """An empty ``stop`` turn; its minted ids and seals name the kind and ``turn_index``."""
-    from agentrl.adapters.protocol import AssistantTurn
+    from agentrl.adapters.base import AssistantTurn
 
     defaults = dict(
         turn_index=turn_index,

@@ -13,7 +13,8 @@ from agentrl.adapters.anthropic import (
     translate_assistant,
     visible_blocks,
 )
-from agentrl.adapters.protocol import ProtocolError, ToolCall
+from agentrl.adapters.base import ProtocolError
+from agentrl.parsers.base import ToolCall
 from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = AnthropicAdapter()

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.openai_chat import OpenAIChatAdapter, translate_assistant
-from agentrl.adapters.protocol import ProtocolError, ToolCall
+from agentrl.parsers.base import ToolCall
 from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIChatAdapter()

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.openai_responses import OpenAIResponsesAdapter, ToolTable, translate_input
-from agentrl.adapters.protocol import ProtocolError, ToolCall
+from agentrl.parsers.base import ToolCall
 from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIResponsesAdapter()

@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 
 from agentrl import hookimpl
-from agentrl.adapters.base import Middleware
-from agentrl.types import TurnRecordedEvent
+from agentrl.adapters.middleware import Middleware
+from agentrl.testing.scripted_engine import ScriptedReply
+from agentrl.types import TurnFact, TurnRecordedEvent
 from middleware_support import anthropic_message, parse_sse, responses_object
 
 pytest_plugins = ("middleware_fixtures",)
@@ -249,6 +250,32 @@ async def test_observer_hook_receives_each_recorded_turn(
     assert (event.session_id, event.turn_index, event.protocol) == ("observed", 0, "anthropic")
     assert event.output_tokens == len(scripted_engine.served[0].output_ids)
     assert event.prompt_tokens == len(scripted_engine.served[0].input_ids)
+
+
+async def test_session_keeps_each_recorded_turns_facts_after_it_closes(
+    middleware, scripted_engine, http
+):
+    """session(sid).turn_facts lists every recorded turn (not a failed one); finish keeps it."""
+    token = middleware.open_session("facts")
+    session = middleware.session("facts")
+    scripted_engine.queue("first answer")
+    scripted_engine.queue_reply(ScriptedReply(status=500, error="engine down"))
+    scripted_engine.queue("cut short", finish_reason="abort")
+    statuses = [
+        (await post(http, middleware, "/v1/messages", HELLO, bearer(token)))[0] for _ in range(3)
+    ]
+    assert statuses == [200, 502, 200]
+    first, aborted = (g for g in scripted_engine.served if g.finish_reason != "error")
+    await middleware.finish_session("facts")
+
+    assert session.turn_facts == [
+        TurnFact(
+            prompt_tokens=len(g.input_ids), output_tokens=len(g.output_ids), finish_reason=reason
+        )
+        for g, reason in ((first, "stop"), (aborted, "abort"))
+    ]
+    with pytest.raises(KeyError, match="no open session 'facts'"):
+        middleware.session("facts")
 
 
 async def test_rewritten_replay_is_restored_so_every_sampled_token_trains(

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentrl.adapters.anthropic import AnthropicAdapter
-from agentrl.adapters.base import Middleware
+from agentrl.adapters.middleware import Middleware
 from agentrl.engines.sglang import SGLangEngine
 
 pytest_plugins = ("middleware_fixtures",)

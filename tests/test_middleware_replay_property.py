@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.adapters import anthropic, openai_chat, openai_responses
-from agentrl.adapters.protocol import AssistantTurn, ToolCall
+from agentrl.adapters.base import AssistantTurn
+from agentrl.parsers.base import ToolCall
 
 TOOLS = ("Bash", "Write", "exec", "spawn_agent")
 RESPONSES_TOOLS = [

@@ -6,7 +6,7 @@ import anthropic
 import openai
 import pytest
 
-from agentrl.adapters.base import Middleware
+from agentrl.adapters.middleware import Middleware
 from agentrl.tokenizers import QWEN3_CHAT_TEMPLATE
 from middleware_support import started_middleware
 

@@ -353,7 +353,7 @@ def test_builtins_are_registered_like_third_party(registry):
 
 def test_typed_lookups_return_the_contract_classes(registry):
     """Each ``get_*`` returns a subclass of its kind's contract."""
-    from agentrl.adapters.protocol import Adapter
+    from agentrl.adapters.base import Adapter
     from agentrl.engines.base import Engine
     from agentrl.graders.base import Grader
     from agentrl.harnesses.base import Harness

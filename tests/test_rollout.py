@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.adapters.base import Middleware
+from agentrl import plugins
+from agentrl.adapters.middleware import Middleware
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -547,9 +548,14 @@ async def test_two_concurrent_rollouts_of_one_task_do_not_interfere(
 async def test_filling_the_context_budget_is_a_context_overflow(
     task, sandboxes, middleware, scripted_engine
 ):
-    """The engine stops at the context budget mid-answer: context_overflow."""
+    """The engine stops at the context budget mid-answer: context_overflow.
+
+    The rollout reads its turns from its own middleware session, registering nothing with
+    the plugin manager; the result carries them.
+    """
     scripted_engine.queue(tool_call("Read", file_path=CORE))
     scripted_engine.queue("words " * 4000)
+    plugins_before = plugins.get_registry().pm.list_name_plugin()
     result = await rollout(
         task,
         sandboxes.harness("claude_code"),
@@ -561,6 +567,13 @@ async def test_filling_the_context_budget_is_a_context_overflow(
     assert result.outcome is Outcome.CONTEXT_OVERFLOW, (result.error, result.agent_log[-1500:])
     assert not result.remove_sample
     assert any(s.finish_reason == "length" for s in scripted_engine.served)
+    # The first turn reads the file; every later one hits the budget (the engine's or ours).
+    first, *rest = result.turn_facts
+    assert first.finish_reason == "stop" and rest
+    assert {t.finish_reason for t in rest} == {"length"}
+    assert rest[-1].prompt_tokens + rest[-1].output_tokens >= 14_000
+    assert result.sampled_tokens == sum(len(s.output_ids) for s in scripted_engine.served)
+    assert plugins.get_registry().pm.list_name_plugin() == plugins_before
 
 
 def test_result_row_has_outcome_timings_and_no_samples():

@@ -450,6 +450,32 @@ async def test_engine_abort_stops_the_rollout_promptly(
     assert elapsed < 60, f"took {elapsed:.1f}s for an aborted rollout (agent budget 120s)"
 
 
+async def test_engine_abort_seen_only_after_the_rollout_ends_is_still_an_abort(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """With no poll before the rollout ends, its result's turn facts still flag the abort.
+
+    The session is closed by then; the rollout's result keeps what the session recorded.
+    """
+    monkeypatch.setenv("AGENTRL_ABORT_POLL_SEC", "600")
+    fix = ScriptedReply(
+        text="Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}), finish_reason="abort"
+    )
+    script = AgentScript(qwen_tokenizer, first=fix)
+    engine = await _engine(qwen_tokenizer, script)
+    try:
+        out = await slime_mod.generate(
+            _args(engine, qwen_tokenizer_dir), _textstats_sample(index=13), SAMPLING
+        )
+        finishes = [g.finish_reason for g in engine.served]
+    finally:
+        await engine.close()
+    (p,) = checks.check_return_shape(out)
+    assert finishes == ["abort", "stop"]  # the agent ran the fix and finished
+    assert p.status is Sample.Status.ABORTED and p.metadata["abort_reason"] == "engine_abort"
+    assert p.metadata["outcome"] == "solved"
+
+
 async def test_slime_abort_stops_the_rollout_promptly(
     slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
 ):

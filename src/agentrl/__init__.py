@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     # plugins
     "hookimpl": "agentrl.hookspecs",
     # contracts
-    "Adapter": "agentrl.adapters.protocol",
+    "Adapter": "agentrl.adapters.base",
     "Engine": "agentrl.engines.base",
     "Grader": "agentrl.graders.base",
     "Harness": "agentrl.harnesses.base",
@@ -120,7 +120,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentrl.adapters.protocol import Adapter
+    from agentrl.adapters.base import Adapter
     from agentrl.engines.base import Engine, EngineError, Generation, MissingEngineOptionError
     from agentrl.graders.base import Grader
     from agentrl.graders.tasks import TaskLoadError

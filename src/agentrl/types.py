@@ -20,6 +20,7 @@ __all__ = [
     "Outcome",
     "RolloutFinishedEvent",
     "Task",
+    "TurnFact",
     "TurnRecordedEvent",
 ]
 
@@ -163,6 +164,18 @@ class TurnRecordedEvent:
     finish_reason: str
     protocol: str = ""
     metadata: dict[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+
+
+@attrs.frozen(kw_only=True)
+class TurnFact:
+    """What a middleware session keeps of each recorded engine turn: its sizes and its end.
+
+    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``).
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str
 
 
 @attrs.frozen(kw_only=True)

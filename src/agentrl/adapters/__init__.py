@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentrl.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from agentrl.adapters.middleware import Middleware
+
+__all__ = ["Middleware"]
+
+
+def __getattr__(name: str) -> object:
+    # ``agentrl.adapters.Middleware`` without loading aiohttp when the package is imported.
+    if name == "Middleware":
+        from agentrl.adapters.middleware import Middleware
+
+        return Middleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl(trylast=True)

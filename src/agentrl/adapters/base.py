@@ -1,491 +1,141 @@
-"""The middleware: one aiohttp server for every wire protocol, many sessions.
+"""The adapter contract: what a wire protocol gives the middleware and gets back.
 
-::
+An adapter turns a request body in its protocol into a :class:`ChatRequest` (chat-template
+messages, tool schemas, the client's sampling hints) and turns an :class:`AssistantTurn`
+(what the engine sampled, parsed) into its protocol's reply, JSON or SSE. Everything else
+— sessions, rendering, the engine call, recording — is the middleware's.
 
-    mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
-                    trajectory=TrajectoryManager())
-    await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
-    token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
-    samples = await mw.finish_session(sid, reward=1.0, metadata={...})
-    await mw.drop_session(sid); await mw.close()
-
-One turn: read and check the body (400 / 413 in the protocol's error shape), find the
-session by its token (401 unknown, 403 closed), take the session lock, enforce the turn
-cap (429), translate the request, render the prompt incrementally, clamp
-``max_new_tokens`` to the context budget (a prompt already over budget finishes with
-``length`` without an engine call), await the whole generation, parse it, send the reply
-in the protocol's shape, and only then record the turn. A client that goes away cancels
-the handler (``handler_cancellation``), which aborts the engine request; that turn is
-not recorded.
+The assistant message recorded in the trajectory is always the adapter's own translation
+of the wire reply it sent (the second value :meth:`Adapter.respond` returns), so the
+client's verbatim replay of that reply on the next turn translates to an equal message.
+Helpers for writing an adapter (field checks, content parts, SSE) are in
+:mod:`agentrl.adapters.wire`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
-import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import attrs
 from aiohttp import web
 
-from agentrl import plugins
-from agentrl.adapters import probes
-from agentrl.adapters.probes import read_json_body
-from agentrl.adapters.protocol import Adapter, AssistantTurn, ChatRequest, ProtocolError
-from agentrl.adapters.rendering import IncrementalRenderer, RenderError, render_full
-from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
-from agentrl.adapters.turns import TurnTiming, parse_generation, sampling_params
-from agentrl.adapters.wire_ids import mint_id, seal
-from agentrl.engines.base import EngineError, Generation
-from agentrl.tokenizers import check_chat_template_support
-from agentrl.trajectory import TrajectoryManager, TurnRecord
-from agentrl.types import TurnRecordedEvent
+from agentrl.parsers.base import ToolCall
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
+__all__ = [
+    "Adapter",
+    "AssistantTurn",
+    "ChatRequest",
+    "ProtocolError",
+    "generic_error_body",
+]
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
-    """A parser instance from a registered name, a class or an instance (None stays None)."""
-    if isinstance(parser, str):
-        parser = lookup(parser)
-    return parser() if isinstance(parser, type) else parser
+#: The ``type`` of OpenAI's error object per HTTP status (``server_error`` otherwise).
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
 
 
-@contextlib.contextmanager
-def _renderable() -> Iterator[None]:
-    """Answer a conversation the chat template rejects with a 400 quoting the template."""
-    try:
-        yield
-    except RenderError as exc:
-        raise ProtocolError(400, f"cannot render this conversation: {exc}") from None
-
-
-class Middleware:
-    """Serves every registered adapter's routes from one aiohttp app."""
+class ProtocolError(Exception):
+    """A request the adapter cannot serve; answered in the protocol's error shape."""
 
     def __init__(
         self,
+        status: int,
+        message: str,
         *,
-        engine: Any,
-        tokenizer: Any,
-        tool_parser: Any = None,
-        reasoning_parser: Any = None,
-        trajectory: TrajectoryManager | None = None,
-        adapters: Iterable[Adapter | str] | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        model_name: str = "agentrl-policy",
-        incremental_render: bool = True,
-        timings_kept: int = 100_000,
+        kind: str | None = None,
+        param: str | None = None,
     ) -> None:
-        check_chat_template_support(tokenizer)
-        self.engine = engine
-        self.tokenizer = tokenizer
-        self.tool_parser = _resolve_parser(tool_parser, plugins.get_tool_parser)
-        self.reasoning_parser = _resolve_parser(reasoning_parser, plugins.get_reasoning_parser)
-        self.trajectory = trajectory if trajectory is not None else TrajectoryManager()
-        self.max_body_bytes = int(max_body_bytes)
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.model_name = model_name
-        #: False renders and tokenizes every prompt from scratch (the reference behaviour).
-        self.incremental_render = incremental_render
-        #: The latest recorded turns' timings (monitoring, benchmarks).
-        self.timings: collections.deque[TurnTiming] = collections.deque(maxlen=timings_kept)
-        if adapters is None:
-            adapters = plugins.available("adapter")
-        self.adapters: list[Adapter] = [
-            plugins.get_adapter(a)() if isinstance(a, str) else a for a in adapters
-        ]
-        self._sessions = SessionTable()
-        #: Recently opened conversation chains, any session: new chains start from them.
-        self._recent_chains: collections.deque = collections.deque(maxlen=4)
-        self._stop_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
-        self._runner: web.AppRunner | None = None
-        self.url: str | None = None
-        self.unix_path: str | None = None
-        self.app = self._build_app()
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
 
-    # -- server ------------------------------------------------------------------------
 
-    def _build_app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.max_body_bytes,
-            middlewares=[probes.json_route_errors(self.adapters)],
-        )
-        seen: dict[tuple[str, str], str] = {}
-        for adapter in self.adapters:
-            for method, path, kind in adapter.routes:
-                if (method, path) in seen:
-                    raise ValueError(
-                        f"adapters {seen[(method, path)]!r} and {adapter.name!r} both serve "
-                        f"{method} {path}; pass adapters=[...] to choose one"
-                    )
-                seen[(method, path)] = adapter.name
-                app.router.add_route(method, path, self._handler(adapter, kind))
-        for path in ("/", "/api/hello"):
-            app.router.add_get(path, probes.alive)
-        app.router.add_get("/healthz", probes.health_handler(lambda: self.engine))
-        app.router.add_get("/v1/models", probes.models_handler(self.model_name))
-        return app
+def generic_error_body(error: ProtocolError) -> dict[str, Any]:
+    """OpenAI's JSON error object, the shape for anything not owned by another protocol."""
+    kind = error.kind or OPENAI_ERROR_TYPES.get(error.status, "server_error")
+    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": None}}
 
-    async def start(
-        self, host: str | None = "127.0.0.1", port: int = 0, unix_path: str | None = None
-    ) -> str:
-        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket.
 
-        A port already in use (or any other bind failure) raises the ``OSError``, with
-        nothing left listening.
-        """
-        if self._runner is not None:
-            raise RuntimeError("the middleware is already started; call close() first")
-        if host is None and unix_path is None:
-            raise ValueError("start() needs a host, a unix_path or both")
-        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        try:
-            if host is not None:
-                site = web.TCPSite(runner, host, port)
-                await site.start()
-                bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
-                shown = f"[{host}]" if ":" in host else host
-                self.url = f"http://{shown}:{bound[1]}"
-            if unix_path is not None:
-                await web.UnixSite(runner, unix_path).start()
-                self.unix_path = unix_path
-        except BaseException:
-            await runner.cleanup()
-            self.url = None
-            raise
-        self._runner = runner
-        logger.info("middleware listening on %s", self.url or self.unix_path)
-        return self.url or f"unix:{unix_path}"
+@attrs.frozen(kw_only=True)
+class ChatRequest:
+    """One client request translated to chat-template terms."""
 
-    async def close(self) -> None:
-        """Drop every session and stop the server (the engine is the caller's to close)."""
-        for sid in list(self._sessions):
-            await self.drop_session(sid)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    stream: bool = False
+    model: str = ""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    #: wire ids the client replayed (tool call ids, signatures, ...), in message order:
+    #: ``(index into messages, wire id)``. The middleware links the ones it minted.
+    replayed_ids: tuple[tuple[int, str], ...] = ()
+    #: protocol-specific context the reply builder needs (tool name mapping, ...).
+    context: dict[str, Any] = attrs.field(factory=dict)
 
-    async def __aenter__(self) -> Middleware:
-        return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+@attrs.frozen(kw_only=True)
+class AssistantTurn:
+    """What one engine turn produced, parsed, plus what the reply needs to say about it.
 
-    # -- sessions ----------------------------------------------------------------------
+    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``); the adapter maps it
+    and the presence of tool calls to its protocol's stop reason. ``mint(kind, index)``
+    returns a fresh wire id that encodes this turn (``kind`` is ``tool``, ``call``,
+    ``item``, ``message``), ``seal(kind, payload)`` an opaque token (thinking signature,
+    reasoning ``encrypted_content``) that the middleware can map back to this turn.
+    """
 
-    def open_session(
-        self,
-        sid: str,
-        *,
-        sampling_defaults: Mapping[str, Any] | None = None,
-        max_context_tokens: int = 0,
-        max_turns: int | None = None,
-        sampling_policy: str = "trainer",
-    ) -> str:
-        """Open session ``sid``; return the token its client sends as API key."""
-        if sampling_policy not in SAMPLING_POLICIES:
-            raise ValueError(
-                f"sampling_policy: expected one of {SAMPLING_POLICIES}, got {sampling_policy!r}"
-            )
-        if max_turns is not None and max_turns < 0:
-            raise ValueError(f"max_turns: expected None or >= 0, got {max_turns}")
-        token = new_token()
-        session = Session(
-            sid=sid,
-            token=token,
-            sampling_defaults=dict(sampling_defaults or {}),
-            max_context_tokens=int(max_context_tokens or 0),
-            max_turns=max_turns,
-            sampling_policy=sampling_policy,
-        )
-        self._sessions.add(session)
-        return token
+    turn_index: int
+    text: str
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    prompt_tokens: int
+    output_tokens: int
+    ill_formed: bool = False
+    mint: Callable[[str, int], str] | None = None
+    seal: Callable[[str, str | None], str] | None = None
 
-    def session(self, sid: str) -> Session:
-        """The open session ``sid`` (KeyError naming it otherwise)."""
-        return self._sessions.get(sid)
 
-    async def finish_session(
-        self,
-        sid: str,
-        *,
-        reward: float = 0.0,
-        metadata: Mapping[str, Any] | None = None,
-        wait_timeout: float = 30.0,
-        max_sample_tokens: int | None = None,
-    ) -> list:
-        """Close ``sid`` (waiting for an in-flight turn) and return its training samples.
+class Adapter:
+    """A wire protocol served by the middleware. Subclasses set ``name`` and ``routes``."""
 
-        Samples are cut to ``max_sample_tokens`` (default: the session's context budget;
-        0 keeps them whole).
-        """
-        session = self._sessions.close(sid)
-        if session is None:
-            return []
-        try:
-            await asyncio.wait_for(session.lock.acquire(), wait_timeout)
-            session.lock.release()
-        except asyncio.TimeoutError:
-            logger.warning(
-                "session %s: in-flight turn still running after %.0fs; cancelling",
-                sid,
-                wait_timeout,
-            )
-            await self._cancel_inflight(session)
-        if max_sample_tokens is None:
-            max_sample_tokens = session.max_context_tokens
-        return self.trajectory.get_trajectory(
-            sid, reward=reward, metadata=metadata, max_sample_tokens=max_sample_tokens
-        )
+    name: ClassVar[str]
+    #: ``(method, path, kind)``: ``turn`` runs the turn pipeline, ``count`` answers with the
+    #: prompt's token count (:meth:`count_reply`).
+    routes: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
-    async def drop_session(self, sid: str) -> None:
-        """Close ``sid``, cancel its in-flight turn and forget its trajectory (idempotent)."""
-        session = self._sessions.close(sid)
-        if session is not None:
-            await self._cancel_inflight(session)
-        self.trajectory.drop_session(sid)
+    def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
+        """Translate a parsed JSON body; raise :class:`ProtocolError` on bad input."""
+        raise NotImplementedError
 
-    async def _cancel_inflight(self, session: Session) -> None:
-        tasks = [t for t in session.inflight if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+    async def respond(
+        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+        """Send the reply; return the response and the assistant message to record."""
+        raise NotImplementedError
 
-    # -- handlers ----------------------------------------------------------------------
+    def error_body(self, error: ProtocolError) -> dict[str, Any]:
+        """The protocol's JSON error object (OpenAI's shape unless overridden)."""
+        return generic_error_body(error)
 
-    def _handler(self, adapter: Adapter, kind: str):
-        routes = {"turn": self._turn, "count": self._count}
-        if kind not in routes:
-            raise ValueError(
-                f"adapter {adapter.name!r}: route kind must be one of {sorted(routes)}, "
-                f"got {kind!r}; fix its routes"
-            )
-        serve = routes[kind]
+    def count_reply(self, input_tokens: int) -> dict[str, Any]:
+        """The body answering a token-count request (protocols that have one)."""
+        return {"input_tokens": input_tokens}
 
-        async def handle(request: web.Request) -> web.StreamResponse:
-            try:
-                return await serve(adapter, request)
-            except ProtocolError as error:
-                if error.status >= 500:
-                    logger.warning(
-                        "%s %s -> %d: %s", request.method, request.path, error.status, error.message
-                    )
-                return adapter.error_response(error)
-            except asyncio.CancelledError:
-                raise
-            except ConnectionError:
-                # The client went away mid-reply (the turn logged it); nothing can reach it.
-                return web.Response(status=499)
-            except Exception:
-                logger.exception("%s %s failed", request.method, request.path)
-                return adapter.error_response(
-                    ProtocolError(500, "internal error in the agentrl middleware; see its log")
-                )
-
-        return handle
-
-    async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
-        body = await read_json_body(request, self.max_body_bytes)
-        self._sessions.authenticate(request.headers)
-        chat = adapter.parse_request(body, request.headers)
-        with _renderable():
-            ids = render_full(
-                self.tokenizer,
-                chat.messages,
-                chat.tools,
-                chat_template_kwargs=self.chat_template_kwargs,
-            )
-        return web.json_response(adapter.count_reply(len(ids)))
-
-    async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        body = await read_json_body(request, self.max_body_bytes)
-        session = self._sessions.authenticate(request.headers)
-        chat = adapter.parse_request(body, request.headers)
-        task = asyncio.current_task()
-        async with session.lock:
-            if session.closed:
-                raise ProtocolError(403, f"session {session.sid!r} was closed while waiting")
-            if session.max_turns is not None and session.turns_started >= session.max_turns:
-                raise ProtocolError(
-                    429,
-                    f"session {session.sid!r} reached its turn cap of {session.max_turns} "
-                    "(open_session(max_turns=...)); the run is over",
-                )
-            turn_index = session.turns_started
-            session.turns_started += 1
-            if task is not None:
-                session.inflight.add(task)
-            try:
-                return await self._run_turn(adapter, request, session, chat, turn_index, started)
-            finally:
-                session.inflight.discard(task)
-
-    async def _run_turn(
-        self,
-        adapter: Adapter,
-        request: web.Request,
-        session: Session,
-        chat: ChatRequest,
-        turn_index: int,
-        started: float,
-    ) -> web.StreamResponse:
-        messages, restored = session.restore_replays(chat.messages, chat.replayed_ids)
-        if restored:
-            chat = attrs.evolve(chat, messages=messages)
-        if self.incremental_render:
-            chain = session.chain_for(
-                self.tokenizer,
-                chat.messages,
-                chat.tools,
-                self.chat_template_kwargs,
-                donors=self._recent_chains,
-            )
-            if chain not in self._recent_chains:
-                self._recent_chains.append(chain)
-            renderer = chain.renderer
-        else:
-            renderer = IncrementalRenderer(
-                self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
-            )
-        with _renderable():
-            prompt = renderer.render(chat.messages, tools=chat.tools)
-        params = sampling_params(session, chat, len(prompt.ids))
-        engine_seconds = 0.0
-        if params is None:
-            logger.warning(
-                "session %s turn %d: prompt of %d tokens fills the context budget of %d; "
-                "finishing with 'length' without calling the engine",
-                session.sid,
-                turn_index,
-                len(prompt.ids),
-                session.max_context_tokens,
-            )
-            generation = Generation(output_ids=(), logprobs=(), finish_reason="length")
-        else:
-            generation, engine_seconds = await self._generate(session, turn_index, prompt, params)
-        parsed = parse_generation(
-            generation,
-            tokenizer=self.tokenizer,
-            stop_ids=self._stop_ids,
-            tools=chat.tools,
-            tool_parser=self.tool_parser,
-            reasoning_parser=self.reasoning_parser,
-            prompt_tail=prompt.text[-64:],
-        )
-        turn = AssistantTurn(
-            turn_index=turn_index,
-            text=parsed.text,
-            reasoning=parsed.reasoning,
-            tool_calls=parsed.tool_calls,
-            finish_reason=generation.finish_reason,
-            prompt_tokens=len(prompt.ids),
-            output_tokens=len(generation.output_ids),
-            ill_formed=parsed.ill_formed,
-            mint=lambda kind, index: session.remember(mint_id(kind, turn_index, index), turn_index),
-            seal=lambda kind, text: session.remember(seal(kind, turn_index, text), turn_index),
-        )
-        try:
-            response, recorded = await adapter.respond(request, chat, turn)
-            if not response.prepared:
-                await response.prepare(request)
-                await response.write_eof()
-        except ConnectionError as exc:
-            logger.warning(
-                "session %s turn %d: client went away before the reply was sent "
-                "(%s); the turn is not recorded",
-                session.sid,
-                turn_index,
-                exc,
-            )
-            raise
-        links = session.links(chat.replayed_ids)
-        metadata = {
-            "protocol": adapter.name,
-            "middleware_turn": turn_index,
-            "replayed_turns": links,
-            "restored_replays": restored,
-            "engine_seconds": round(engine_seconds, 6),
-        }
-        record = TurnRecord(
-            prompt_ids=prompt.ids,
-            output_ids=generation.output_ids,
-            output_logprobs=generation.logprobs,
-            finish_reason=generation.finish_reason,
-            ill_formed=parsed.ill_formed,
-        )
-        self.trajectory.record_turn(
-            session.sid,
-            turn=record,
-            prompt_messages=chat.messages,
-            response_message=recorded if generation.output_ids else None,
-            metadata=metadata,
-        )
-        session.turns_recorded += 1
-        if generation.output_ids and recorded is not None:
-            session.record_response(turn_index, recorded)
-        self.timings.append(
-            TurnTiming(
-                session_id=session.sid,
-                turn_index=turn_index,
-                prompt_tokens=len(prompt.ids),
-                reused_prompt_tokens=prompt.reused_tokens,
-                output_tokens=len(generation.output_ids),
-                engine_seconds=engine_seconds,
-                overhead_seconds=time.perf_counter() - started - engine_seconds,
-            )
-        )
-        plugins.notify(
-            "on_turn_recorded",
-            TurnRecordedEvent(
-                session_id=session.sid,
-                turn_index=turn_index,
-                prompt_tokens=len(prompt.ids),
-                output_tokens=len(generation.output_ids),
-                finish_reason=generation.finish_reason,
-                protocol=adapter.name,
-                metadata=metadata,
-            ),
-        )
-        return response
-
-    async def _generate(
-        self, session: Session, turn_index: int, prompt: Any, params: dict[str, Any]
-    ) -> tuple[Generation, float]:
-        rid = f"{session.sid}-t{turn_index}-{new_token()[-8:]}"
-        started = time.perf_counter()
-        try:
-            generation = await self.engine.generate(
-                prompt.ids, params, rid=rid, routing_key=session.sid
-            )
-        except asyncio.CancelledError:
-            # Cancelling generate aborts the engine request (the Engine contract).
-            logger.info(
-                "session %s turn %d cancelled; engine request %s aborted",
-                session.sid,
-                turn_index,
-                rid,
-            )
-            raise
-        except EngineError as exc:
-            status = f" (HTTP {exc.status})" if exc.status else ""
-            raise ProtocolError(
-                502, f"the inference engine failed{status}: {exc}; the turn was not recorded"
-            ) from None
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise ProtocolError(
-                502, f"the inference engine is unreachable: {type(exc).__name__}: {exc}"
-            ) from None
-        return generation, time.perf_counter() - started
+    def error_response(self, error: ProtocolError) -> web.Response:
+        """The JSON error response for ``error``, with its status."""
+        return web.json_response(self.error_body(error), status=error.status)

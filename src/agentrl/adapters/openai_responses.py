@@ -25,11 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from agentrl.adapters.protocol import (
-    Adapter,
-    AssistantTurn,
-    ChatRequest,
-    ProtocolError,
+from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.wire import (
     chat_tool_call,
     content_text,
     dump_arguments,

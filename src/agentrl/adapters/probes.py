@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentrl.adapters.protocol import Adapter, ProtocolError, generic_error_body
+from agentrl.adapters.base import Adapter, ProtocolError, generic_error_body
 from agentrl.engines.base import EngineError
 
 __all__ = [

@@ -2,9 +2,11 @@
 
 A session owns its sampling policy, context budget and turn cap, a lock that keeps its
 turns from interleaving, the wire ids minted for it (so replays can be traced to their
-turn), and one :class:`~agentrl.adapters.rendering.IncrementalRenderer` per conversation chain
-(a sub-agent or a compacted history renders with its own, so each chain re-tokenizes
-only what it appended).
+turn), the facts of every turn it recorded (:class:`~agentrl.types.TurnFact`, read by the
+rollout that owns the session), and one
+:class:`~agentrl.adapters.rendering.IncrementalRenderer` per conversation chain (a
+sub-agent or a compacted history renders with its own, so each chain re-tokenizes only
+what it appended).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any
 
 import attrs
 
-from agentrl.adapters.protocol import ProtocolError
+from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.trajectory import common_prefix_length, message_key
+from agentrl.types import TurnFact
 
 __all__ = [
     "CLOSED_TOKENS_KEPT",
@@ -75,6 +78,9 @@ class Session:
     closed: bool = False
     turns_started: int = 0
     turns_recorded: int = 0
+    #: every recorded turn's sizes and finish reason, in order; the list outlives the
+    #: session (whoever holds the session reads it after finish or drop).
+    turn_facts: list[TurnFact] = attrs.field(factory=list)
     minted: dict[str, int] = attrs.field(factory=dict)
     #: turn index -> the assistant message recorded for it (what the policy really said).
     responses: dict[int, dict[str, Any]] = attrs.field(factory=dict)

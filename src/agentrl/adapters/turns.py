@@ -1,21 +1,53 @@
-"""The protocol-independent steps of a turn: sampling parameters and output parsing."""
+"""One turn of one session: render → clamp → generate → parse → reply → record.
+
+:class:`TurnPipeline` holds what every turn shares (the engine, tokenizer, parsers,
+trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose steps are:
+
+- ``render``: restore the client's rewritten replays, render the prompt incrementally
+  (a template that rejects the conversation is a 400 quoting it);
+- ``generate``: clamp ``max_new_tokens`` to the context budget (a prompt already over
+  budget finishes with ``length`` without an engine call) and await the whole generation
+  (an engine failure is a 502; cancelling aborts the engine request);
+- ``parse``: decode the sampled ids and split reasoning and tool calls;
+- ``reply``: send it in the adapter's shape (a client gone away is not recorded);
+- ``record``: the trajectory turn, the session's :class:`~agentrl.types.TurnFact`, the
+  timing and the ``on_turn_recorded`` event, in that order.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import logging
-from collections.abc import Collection, Sequence
-from typing import Any
+import time
+from collections.abc import Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl.adapters.protocol import ChatRequest, ToolCall
-from agentrl.engines.base import TOKEN_EXACT_SAMPLING
+from agentrl import plugins
+from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.rendering import IncrementalRenderer, RenderedPrompt, RenderError
+from agentrl.adapters.sessions import Chain, Session, new_token
+from agentrl.adapters.wire_ids import mint_id, seal
+from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
+from agentrl.parsers.base import ReasoningParser, ToolCall, ToolCallParser
+from agentrl.trajectory import TrajectoryManager, TurnRecord
+from agentrl.types import TurnFact, TurnRecordedEvent
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
     "ParsedOutput",
+    "Turn",
+    "TurnPipeline",
     "TurnTiming",
     "parse_generation",
+    "renderable",
     "sampling_params",
 ]
 
@@ -23,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 #: ``max_new_tokens`` when neither the session nor the client sets one.
 DEFAULT_MAX_NEW_TOKENS = 8192
+#: Recently opened conversation chains kept as donors for new chains (any session).
+RECENT_CHAINS = 4
 _CLIENT_SAMPLING = ("temperature", "top_p", "top_k")
 
 
@@ -43,7 +77,18 @@ class TurnTiming:
     overhead_seconds: float
 
 
-def sampling_params(session: Any, chat: ChatRequest, prompt_tokens: int) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def renderable() -> Iterator[None]:
+    """Answer a conversation the chat template rejects with a 400 quoting the template."""
+    try:
+        yield
+    except RenderError as exc:
+        raise ProtocolError(400, f"cannot render this conversation: {exc}") from None
+
+
+def sampling_params(
+    session: Session, chat: ChatRequest, prompt_tokens: int
+) -> dict[str, Any] | None:
     """The engine's sampling parameters for one turn, or None when the prompt fills the budget.
 
     ``max_new_tokens`` is the smallest of the session's, the client's and what is left of
@@ -78,6 +123,8 @@ def sampling_params(session: Any, chat: ChatRequest, prompt_tokens: int) -> dict
 
 @attrs.frozen(kw_only=True)
 class ParsedOutput:
+    """One generation's text, reasoning and tool calls, and whether a call was malformed."""
+
     text: str
     reasoning: str | None
     tool_calls: tuple[ToolCall, ...]
@@ -85,13 +132,13 @@ class ParsedOutput:
 
 
 def parse_generation(
-    generation: Any,
+    generation: Generation,
     *,
     tokenizer: Any,
     stop_ids: Collection[int],
     tools: Sequence[dict[str, Any]] | None,
-    tool_parser: Any,
-    reasoning_parser: Any,
+    tool_parser: ToolCallParser | None,
+    reasoning_parser: ReasoningParser | None,
     prompt_tail: str = "",
 ) -> ParsedOutput:
     """Decode the sampled ids (minus trailing stop tokens) and split reasoning and tool calls."""
@@ -113,8 +160,264 @@ def parse_generation(
     if tool_parser is not None:
         result = tool_parser.parse(text, tools=tools)
         text = result.normal_text
-        calls = tuple(ToolCall(name=c.name, arguments=c.arguments) for c in result.calls)
+        calls = tuple(result.calls)
         ill_formed = bool(result.ill_formed)
     return ParsedOutput(
         text=text.strip(), reasoning=reasoning, tool_calls=calls, ill_formed=ill_formed
     )
+
+
+def _timings() -> collections.deque[TurnTiming]:
+    return collections.deque(maxlen=100_000)
+
+
+def _recent_chains() -> collections.deque[Chain]:
+    return collections.deque(maxlen=RECENT_CHAINS)
+
+
+@attrs.define(kw_only=True, eq=False)
+class TurnPipeline:
+    """What every turn shares: the engine, the tokenizer, the parsers, the trajectory manager.
+
+    The middleware builds one and runs each authenticated turn through :meth:`run`, under
+    its session's lock.
+    """
+
+    engine: Engine
+    tokenizer: PreTrainedTokenizerBase
+    trajectory: TrajectoryManager
+    tool_parser: ToolCallParser | None = None
+    reasoning_parser: ReasoningParser | None = None
+    chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    #: False renders and tokenizes every prompt from scratch (the reference behaviour).
+    incremental_render: bool = True
+    #: The latest recorded turns' timings (monitoring, benchmarks).
+    timings: collections.deque[TurnTiming] = attrs.field(factory=_timings)
+    #: Recently opened conversation chains, any session: new chains start from them.
+    recent_chains: collections.deque[Chain] = attrs.field(factory=_recent_chains)
+    #: Token ids trimmed from the end of a generation before it is decoded and parsed.
+    stop_ids: frozenset[int] = frozenset()
+
+    async def run(
+        self,
+        adapter: Adapter,
+        request: web.Request,
+        session: Session,
+        chat: ChatRequest,
+        *,
+        index: int,
+        started: float,
+    ) -> web.StreamResponse:
+        """Run turn ``index`` of ``session`` (request arrived at ``started``); the response sent."""
+        turn = Turn(
+            pipeline=self, adapter=adapter, session=session, chat=chat, index=index, started=started
+        )
+        return await turn.run(request)
+
+    def renderer_for(self, session: Session, chat: ChatRequest) -> IncrementalRenderer:
+        """The renderer of the chain ``chat`` continues (a fresh one when not incremental)."""
+        if not self.incremental_render:
+            return IncrementalRenderer(
+                self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
+            )
+        chain = session.chain_for(
+            self.tokenizer,
+            chat.messages,
+            chat.tools,
+            self.chat_template_kwargs,
+            donors=self.recent_chains,
+        )
+        if chain not in self.recent_chains:
+            self.recent_chains.append(chain)
+        return chain.renderer
+
+    async def call_engine(
+        self, session: Session, index: int, prompt: RenderedPrompt, params: dict[str, Any]
+    ) -> Generation:
+        """The engine's whole generation; a failing or unreachable engine is a 502."""
+        rid = f"{session.sid}-t{index}-{new_token()[-8:]}"
+        try:
+            return await self.engine.generate(prompt.ids, params, rid=rid, routing_key=session.sid)
+        except asyncio.CancelledError:
+            # Cancelling generate aborts the engine request (the Engine contract).
+            logger.info(
+                "session %s turn %d cancelled; engine request %s aborted", session.sid, index, rid
+            )
+            raise
+        except EngineError as exc:
+            status = f" (HTTP {exc.status})" if exc.status else ""
+            raise ProtocolError(
+                502, f"the inference engine failed{status}: {exc}; the turn was not recorded"
+            ) from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ProtocolError(
+                502, f"the inference engine is unreachable: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+@attrs.define(kw_only=True, eq=False)
+class Turn:
+    """One turn of one session, from the translated request to the recorded turn."""
+
+    pipeline: TurnPipeline
+    adapter: Adapter
+    session: Session
+    #: The client's request; :meth:`render` puts the replays it restored into it.
+    chat: ChatRequest
+    index: int
+    #: ``time.perf_counter()`` when the request arrived.
+    started: float
+    #: Indices of the messages :meth:`render` restored to what was recorded.
+    restored: list[int] = attrs.field(factory=list)
+    engine_seconds: float = 0.0
+
+    async def run(self, request: web.Request) -> web.StreamResponse:
+        """Render → clamp → generate → parse → reply → record; returns the response sent."""
+        prompt = self.render()
+        generation = await self.generate(prompt)
+        turn = self.parse(prompt, generation)
+        response, recorded = await self.reply(request, turn)
+        self.record(prompt, generation, turn, recorded)
+        return response
+
+    def render(self) -> RenderedPrompt:
+        """The prompt, with each replay the client rewrote put back as it was recorded."""
+        messages, self.restored = self.session.restore_replays(
+            self.chat.messages, self.chat.replayed_ids
+        )
+        if self.restored:
+            self.chat = attrs.evolve(self.chat, messages=messages)
+        renderer = self.pipeline.renderer_for(self.session, self.chat)
+        with renderable():
+            return renderer.render(self.chat.messages, tools=self.chat.tools)
+
+    async def generate(self, prompt: RenderedPrompt) -> Generation:
+        """The engine's generation, ``max_new_tokens`` clamped to the context budget."""
+        session = self.session
+        params = sampling_params(session, self.chat, len(prompt.ids))
+        if params is None:
+            logger.warning(
+                "session %s turn %d: prompt of %d tokens fills the context budget of %d; "
+                "finishing with 'length' without calling the engine",
+                session.sid,
+                self.index,
+                len(prompt.ids),
+                session.max_context_tokens,
+            )
+            return Generation(output_ids=(), logprobs=(), finish_reason="length")
+        started = time.perf_counter()
+        generation = await self.pipeline.call_engine(session, self.index, prompt, params)
+        self.engine_seconds = time.perf_counter() - started
+        return generation
+
+    def parse(self, prompt: RenderedPrompt, generation: Generation) -> AssistantTurn:
+        """What the adapter replies with: the parsed output and this turn's wire-id minters."""
+        pipeline, session, index = self.pipeline, self.session, self.index
+        parsed = parse_generation(
+            generation,
+            tokenizer=pipeline.tokenizer,
+            stop_ids=pipeline.stop_ids,
+            tools=self.chat.tools,
+            tool_parser=pipeline.tool_parser,
+            reasoning_parser=pipeline.reasoning_parser,
+            prompt_tail=prompt.text[-64:],
+        )
+        return AssistantTurn(
+            turn_index=index,
+            text=parsed.text,
+            reasoning=parsed.reasoning,
+            tool_calls=parsed.tool_calls,
+            finish_reason=generation.finish_reason,
+            prompt_tokens=len(prompt.ids),
+            output_tokens=len(generation.output_ids),
+            ill_formed=parsed.ill_formed,
+            mint=lambda kind, i: session.remember(mint_id(kind, index, i), index),
+            seal=lambda kind, text: session.remember(seal(kind, index, text), index),
+        )
+
+    async def reply(
+        self, request: web.Request, turn: AssistantTurn
+    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+        """Send the adapter's reply; the response and the assistant message to record."""
+        try:
+            response, recorded = await self.adapter.respond(request, self.chat, turn)
+            if not response.prepared:
+                await response.prepare(request)
+                await response.write_eof()
+        except ConnectionError as exc:
+            logger.warning(
+                "session %s turn %d: client went away before the reply was sent "
+                "(%s); the turn is not recorded",
+                self.session.sid,
+                self.index,
+                exc,
+            )
+            raise
+        return response, recorded
+
+    def record(
+        self,
+        prompt: RenderedPrompt,
+        generation: Generation,
+        turn: AssistantTurn,
+        recorded: dict[str, Any] | None,
+    ) -> None:
+        """Record the sent turn: trajectory, session, timing, then ``on_turn_recorded``."""
+        session, sampled = self.session, generation.output_ids
+        metadata = self._metadata()
+        self.pipeline.trajectory.record_turn(
+            session.sid,
+            turn=TurnRecord(
+                prompt_ids=prompt.ids,
+                output_ids=sampled,
+                output_logprobs=generation.logprobs,
+                finish_reason=generation.finish_reason,
+                ill_formed=turn.ill_formed,
+            ),
+            prompt_messages=self.chat.messages,
+            response_message=recorded if sampled else None,
+            metadata=metadata,
+        )
+        session.turns_recorded += 1
+        session.turn_facts.append(
+            TurnFact(
+                prompt_tokens=turn.prompt_tokens,
+                output_tokens=turn.output_tokens,
+                finish_reason=turn.finish_reason,
+            )
+        )
+        if sampled and recorded is not None:
+            session.record_response(self.index, recorded)
+        self.pipeline.timings.append(self._timing(prompt, turn))
+        plugins.notify("on_turn_recorded", self._event(turn, metadata))
+
+    def _metadata(self) -> dict[str, Any]:
+        return {
+            "protocol": self.adapter.name,
+            "middleware_turn": self.index,
+            "replayed_turns": self.session.links(self.chat.replayed_ids),
+            "restored_replays": self.restored,
+            "engine_seconds": round(self.engine_seconds, 6),
+        }
+
+    def _timing(self, prompt: RenderedPrompt, turn: AssistantTurn) -> TurnTiming:
+        return TurnTiming(
+            session_id=self.session.sid,
+            turn_index=self.index,
+            prompt_tokens=turn.prompt_tokens,
+            reused_prompt_tokens=prompt.reused_tokens,
+            output_tokens=turn.output_tokens,
+            engine_seconds=self.engine_seconds,
+            overhead_seconds=time.perf_counter() - self.started - self.engine_seconds,
+        )
+
+    def _event(self, turn: AssistantTurn, metadata: dict[str, Any]) -> TurnRecordedEvent:
+        return TurnRecordedEvent(
+            session_id=self.session.sid,
+            turn_index=self.index,
+            prompt_tokens=turn.prompt_tokens,
+            output_tokens=turn.output_tokens,
+            finish_reason=turn.finish_reason,
+            protocol=self.adapter.name,
+            metadata=metadata,
+        )

@@ -100,7 +100,7 @@ async def run_server(
     Raises ``click.ClickException`` when the address cannot be bound; ``warn`` (default:
     stderr) gets one line when the engine does not answer its health check.
     """
-    from agentrl.adapters.base import Middleware
+    from agentrl.adapters.middleware import Middleware
     from agentrl.adapters.probes import engine_problem
     from agentrl.trajectory import TrajectoryManager
 

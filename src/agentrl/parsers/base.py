@@ -53,7 +53,10 @@ class ParserError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class ToolCall:
-    """One parsed tool call: the function name, its arguments and the exact text it came from."""
+    """One parsed tool call: the function name, its arguments and the exact text it came from.
+
+    The one tool-call value: the middleware hands these to the adapters as they are.
+    """
 
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict)

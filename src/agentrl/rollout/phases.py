@@ -12,23 +12,22 @@ import contextlib
 import logging
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl import plugins
 from agentrl.graders.base import Grader, SandboxFactory, grade_diff, grader_failed
 from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessContext
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
-from agentrl.hookspecs import hookimpl
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.sandboxes.boot import Booter, BootError
 from agentrl.trajectory import TrainingSample
-from agentrl.types import Grade, Outcome, Task
+from agentrl.types import Grade, Outcome, Task, TurnFact
 
 if TYPE_CHECKING:
     from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters.sessions import Session
     from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
@@ -43,31 +42,6 @@ class Failure(Exception):
     def __init__(self, outcome: Outcome, message: str) -> None:
         super().__init__(message)
         self.outcome = outcome
-
-
-class _TurnLedger:
-    """Observer of ``on_turn_recorded``: per-turn facts for the sessions being rolled out."""
-
-    def __init__(self) -> None:
-        self._turns: dict[str, list[tuple[int, int, str]]] = {}
-
-    @hookimpl
-    def on_turn_recorded(self, event: Any) -> None:
-        turns = self._turns.get(event.session_id)
-        if turns is not None:
-            turns.append((event.prompt_tokens, event.output_tokens, event.finish_reason))
-
-    def watch(self, sid: str) -> None:
-        registry = plugins.get_registry()
-        if not registry.pm.is_registered(self):
-            registry.pm.register(self, name="agentrl.rollout")
-        self._turns[sid] = []
-
-    def pop(self, sid: str) -> list[tuple[int, int, str]]:
-        return self._turns.pop(sid, [])
-
-
-LEDGER = _TurnLedger()
 
 
 @attrs.define
@@ -123,14 +97,17 @@ class Phases:
     booter: Booter
     prompt: str
     state: State
+    #: The middleware session, once opened; its turn facts stay readable after it closes.
+    session: Session | None = None
 
-    async def run(self) -> tuple[list[tuple[int, int, str]], list[TrainingSample]]:
-        """Run every phase under the guard; returns the turn ledger and the samples."""
+    async def run(self) -> tuple[list[TurnFact], list[TrainingSample]]:
+        """Run every phase under the guard; returns the session's turn facts and the samples.
+
+        The outcome is classified from the turns recorded before the session is finished.
+        """
         state, config = self.state, self.config
         started = time.monotonic()
         samples: list[TrainingSample] = []
-        turns: list[tuple[int, int, str]] = []
-        LEDGER.watch(state.sid)
         try:
             try:
                 await asyncio.wait_for(self._agent_and_grade(), timeout=config.guard_timeout)
@@ -140,17 +117,19 @@ class Phases:
                     f"the rollout guard of {config.guard_timeout:g}s expired during the "
                     f"{state.phase!r} phase; raise guard_timeout or find what hangs",
                 )
-            turns = LEDGER.pop(state.sid)
-            classify(state, turns, config)
+            classify(state, self.turn_facts(), config)
             if state.session_open:
                 with state.timed("finish"):
                     samples = await self._finish()
         finally:
-            LEDGER.pop(state.sid)
             with contextlib.suppress(Exception):
                 await self.middleware.drop_session(state.sid)
         state.timings["total"] = round(time.monotonic() - started, 3)
-        return turns, samples
+        return self.turn_facts(), samples
+
+    def turn_facts(self) -> list[TurnFact]:
+        """What the session recorded of each turn so far (none before it opened)."""
+        return list(self.session.turn_facts) if self.session is not None else []
 
     async def _agent_and_grade(self) -> None:
         state = self.state
@@ -229,6 +208,7 @@ class Phases:
             max_context_tokens=self.config.max_context_tokens,
             max_turns=self.config.max_turns,
         )
+        self.session = self.middleware.session(self.state.sid)
         self.state.session_open = True
         return token
 
@@ -316,7 +296,7 @@ def _sandbox_url(sandbox: Sandbox, middleware: Middleware, config: RolloutConfig
         ) from exc
 
 
-def classify(state: State, turns: list[tuple[int, int, str]], config: RolloutConfig) -> None:
+def classify(state: State, turns: Sequence[TurnFact], config: RolloutConfig) -> None:
     """Settle the outcome from the exit code, the turns and the grade."""
     if state.outcome is not None and not state.outcome.trainable:
         return
@@ -351,8 +331,8 @@ def classify(state: State, turns: list[tuple[int, int, str]], config: RolloutCon
         state.outcome = Outcome.UNSOLVED
 
 
-def _overflowed(turns: list[tuple[int, int, str]], budget: int) -> bool:
+def _overflowed(turns: Sequence[TurnFact], budget: int) -> bool:
     if not budget or not turns:
         return False
-    prompt, output, finish = turns[-1]
-    return finish == "length" and prompt + output >= budget
+    last = turns[-1]
+    return last.finish_reason == "length" and last.prompt_tokens + last.output_tokens >= budget

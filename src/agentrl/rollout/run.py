@@ -37,7 +37,7 @@ from agentrl.rollout.config import RolloutConfig, render_prompt
 from agentrl.rollout.phases import Phases, State
 from agentrl.sandboxes.boot import Booter
 from agentrl.trajectory import TrainingSample
-from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task
+from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task, TurnFact
 
 if TYPE_CHECKING:
     from agentrl.adapters.middleware import Middleware
@@ -65,6 +65,8 @@ class RolloutResult:
     agent_log: str = ""
     error: str | None = None
     harness: str = ""
+    #: What the middleware session recorded of each turn, in order (not in ``to_dict``).
+    turn_facts: tuple[TurnFact, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def remove_sample(self) -> bool:
@@ -157,11 +159,12 @@ async def run_rollout(
         grade=state.grade,
         agent_exit_code=state.exit_code,
         turns=max(len(turns), state.recorded_turns),
-        sampled_tokens=sum(output for _, output, _ in turns),
+        sampled_tokens=sum(turn.output_tokens for turn in turns),
         timings=dict(state.timings),
         agent_log=state.agent_log,
         error=state.error,
         harness=harness.name,
+        turn_facts=tuple(turns),
     )
     logger.info(
         "rollout %s (%s): %s, reward %.2f, %d turns, %d samples, %.1fs%s",

@@ -216,7 +216,7 @@ class Stack:
         await self.aclose()
 
     async def _start(self) -> None:
-        from agentrl.adapters.base import Middleware
+        from agentrl.adapters.middleware import Middleware
         from agentrl.tokenizers import load_tokenizer
         from agentrl.trajectory import TrajectoryManager
 

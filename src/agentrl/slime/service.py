@@ -28,8 +28,8 @@ from typing import Any
 
 import attrs
 
-from agentrl.hookspecs import hookimpl
 from agentrl.slime.config import SlimeConfig, SlimeConfigError
+from agentrl.types import TurnFact
 
 __all__ = ["RolloutOutput", "Service", "ServiceSettings", "get_service", "shutdown_service"]
 
@@ -111,6 +111,11 @@ class RolloutOutput:
     engine_aborted: bool = False
 
 
+def saw_engine_abort(turns: Sequence[TurnFact]) -> bool:
+    """Whether any of these turns finished with the engine's ``abort`` (SGLang was aborted)."""
+    return any(turn.finish_reason == "abort" for turn in turns)
+
+
 def resolve_parser(kind: str, name: str | None) -> type | None:
     """The agentrl parser class for an SGLang parser name (``None`` when none is set)."""
     if not name:
@@ -165,7 +170,6 @@ class Service:
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self._engine_aborted: set[str] = set()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="agentrl-slime", daemon=True)
         self._thread.start()
@@ -221,8 +225,6 @@ class Service:
         self.stack = stack = Stack(options)
         await stack.__aenter__()
         self.graders = {False: stack.grader, True: stack.make_grader(c.grader_name(True))}
-        self._watcher = _AbortWatcher(self)
-        self._watch_engine_aborts()
         logger.info(
             "agentrl slime service up: harness=%s sandbox=%s grader=%s/%s engine=%s "
             "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d",
@@ -245,22 +247,6 @@ class Service:
         stack = getattr(self, "stack", None)
         if stack is not None:
             await stack.aclose()
-        watcher = getattr(self, "_watcher", None)
-        if watcher is not None:
-            with contextlib.suppress(Exception):
-                from agentrl import plugins
-
-                pm = plugins.get_registry().pm
-                if pm.is_registered(watcher):
-                    pm.unregister(watcher)
-
-    def _watch_engine_aborts(self) -> None:
-        """Register the abort watcher with the current plugin registry (once per registry)."""
-        from agentrl import plugins
-
-        pm = plugins.get_registry().pm
-        if not pm.is_registered(self._watcher):
-            pm.register(self._watcher, name=f"agentrl.slime-abort-watch-{id(self)}")
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the loop after closing the middleware and engine; wait for the thread."""
@@ -289,8 +275,21 @@ class Service:
             self.loop.call_soon_threadsafe(_cancel)
 
     def engine_aborted(self, session_id: str) -> bool:
-        """Whether the engine answered a turn of ``session_id`` with ``finish_reason=abort``."""
-        return session_id in self._engine_aborted
+        """Whether the engine answered a turn of the open session ``session_id`` with ``abort``.
+
+        slime's loop asks while the rollout runs; the answer is read from the middleware
+        session's turn facts (a dict lookup and a list scan, which need no lock across
+        threads). Before the session opens and after it closes, the answer is False; the
+        rollout's result carries the facts from then on.
+        """
+        stack = getattr(self, "stack", None)
+        if stack is None:
+            return False
+        try:
+            session = stack.middleware.session(session_id)
+        except KeyError:
+            return False
+        return saw_engine_abort(session.turn_facts)
 
     async def _tracked(self, key: str, coro: Coroutine[Any, Any, Any]) -> Any:
         task = asyncio.current_task()
@@ -300,7 +299,6 @@ class Service:
             return await coro
         finally:
             self._tasks.pop(key, None)
-            self._engine_aborted.discard(key)
 
     # -- one rollout (service loop) ----------------------------------------------------------
     async def rollout(
@@ -315,7 +313,6 @@ class Service:
         """Parse the row, run the rollout end to end, decode the responses for logging."""
         from agentrl.rollout import run_rollout
 
-        self._watch_engine_aborts()
         grader = self.graders[evaluation]
         try:
             task = grader.resolve_paths(grader.parse_task(row), self.settings.tasks_dir)
@@ -348,26 +345,11 @@ class Service:
             instance_id=task.instance_id,
             result=result,
             responses=tuple(responses),
-            engine_aborted=session_id in self._engine_aborted,
+            engine_aborted=saw_engine_abort(result.turn_facts),
         )
 
     def _decode_responses(self, samples: Sequence[Any]) -> list[str]:
         return [self.stack.decode(s.tokens[-s.response_length :]) for s in samples]
-
-
-class _AbortWatcher:
-    """Observer plugin: notes sessions whose engine turn finished with ``abort``."""
-
-    def __init__(self, service: Service) -> None:
-        self._service = service
-
-    @hookimpl
-    def on_turn_recorded(self, event: Any) -> None:
-        if getattr(event, "finish_reason", None) != "abort":
-            return
-        session_id = getattr(event, "session_id", None)
-        if session_id in self._service._tasks:
-            self._service._engine_aborted.add(session_id)
 
 
 _service: Service | None = None

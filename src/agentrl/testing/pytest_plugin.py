@@ -26,7 +26,7 @@ except ImportError:  # without pytest-asyncio no async fixture can run; plain on
     _async_fixture = pytest.fixture
 
 if TYPE_CHECKING:
-    from agentrl.adapters.base import Middleware
+    from agentrl.adapters.middleware import Middleware
     from agentrl.engines.sglang import SGLangEngine
     from agentrl.plugins import PluginRegistry
     from agentrl.testing.e2b_server import E2BServer

@@ -1,167 +1,43 @@
-"""The adapter contract: what a wire protocol gives the middleware and gets back.
+"""Helpers for writing an adapter: field checks, content parts, tool calls, SSE.
 
-An adapter turns a request body in its protocol into a :class:`ChatRequest` (chat-template
-messages, tool schemas, the client's sampling hints) and turns an :class:`AssistantTurn`
-(what the engine sampled, parsed) into its protocol's reply, JSON or SSE. Everything else
-— sessions, rendering, the engine call, recording — is the middleware's.
-
-The assistant message recorded in the trajectory is always the adapter's own translation
-of the wire reply it sent (:meth:`Adapter.recorded_message`), so the client's verbatim
-replay of that reply on the next turn translates to an equal message.
+The contract itself (:class:`~agentrl.adapters.base.Adapter` and its values) is in
+:mod:`agentrl.adapters.base`; these are the pieces every built-in protocol shares when it
+translates a request body or writes its reply.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-import attrs
 from aiohttp import web
 
+from agentrl.adapters.base import ProtocolError
+
 __all__ = [
-    "Adapter",
-    "AssistantTurn",
-    "ChatRequest",
-    "ProtocolError",
-    "ToolCall",
+    "SYSTEM_REMINDER_CLOSE",
+    "SYSTEM_REMINDER_OPEN",
+    "chat_tool_call",
     "content_text",
+    "dump_arguments",
     "expect_type",
     "fold_system_messages",
     "fold_system_messages_with_ids",
-    "generic_error_body",
+    "function_tool",
+    "int_field",
+    "number_field",
+    "parse_arguments",
     "refuse_logprobs",
     "refuse_structured_output",
     "sampling_hints",
     "send_sse",
     "sse_event",
+    "stop_field",
 ]
-
-logger = logging.getLogger(__name__)
 
 SYSTEM_REMINDER_OPEN = "<system-reminder>\n"
 SYSTEM_REMINDER_CLOSE = "\n</system-reminder>"
-
-
-OPENAI_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "invalid_api_key",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    409: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_exceeded",
-}
-
-
-class ProtocolError(Exception):
-    """A request the adapter cannot serve; answered in the protocol's error shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.param = param
-
-
-def generic_error_body(error: ProtocolError) -> dict[str, Any]:
-    """OpenAI's JSON error object, the shape for anything not owned by another protocol."""
-    kind = error.kind or OPENAI_ERROR_TYPES.get(error.status, "server_error")
-    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": None}}
-
-
-@attrs.frozen(kw_only=True)
-class ChatRequest:
-    """One client request translated to chat-template terms."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    stream: bool = False
-    model: str = ""
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    stop: tuple[str, ...] = ()
-    #: wire ids the client replayed (tool call ids, signatures, ...), in message order:
-    #: ``(index into messages, wire id)``. The middleware links the ones it minted.
-    replayed_ids: tuple[tuple[int, str], ...] = ()
-    #: protocol-specific context the reply builder needs (tool name mapping, ...).
-    context: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen(kw_only=True)
-class ToolCall:
-    """One parsed tool call: the tool's chat-template name and its arguments."""
-
-    name: str
-    arguments: dict[str, Any] | str
-
-
-@attrs.frozen(kw_only=True)
-class AssistantTurn:
-    """What one engine turn produced, parsed, plus what the reply needs to say about it.
-
-    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``); the adapter maps it
-    and the presence of tool calls to its protocol's stop reason. ``mint(kind, index)``
-    returns a fresh wire id that encodes this turn (``kind`` is ``tool``, ``call``,
-    ``item``, ``message``), ``seal(kind, payload)`` an opaque token (thinking signature,
-    reasoning ``encrypted_content``) that the middleware can map back to this turn.
-    """
-
-    turn_index: int
-    text: str
-    reasoning: str | None
-    tool_calls: tuple[ToolCall, ...]
-    finish_reason: str
-    prompt_tokens: int
-    output_tokens: int
-    ill_formed: bool = False
-    mint: Any = None
-    seal: Any = None
-
-
-class Adapter:
-    """A wire protocol served by the middleware. Subclasses set ``name`` and ``routes``."""
-
-    name: ClassVar[str]
-    #: ``(method, path, kind)``: ``turn`` runs the turn pipeline, ``count`` answers with the
-    #: prompt's token count (:meth:`count_reply`).
-    routes: ClassVar[tuple[tuple[str, str, str], ...]] = ()
-
-    def parse_request(self, body: Any, headers: Mapping[str, str]) -> ChatRequest:
-        """Translate a parsed JSON body; raise :class:`ProtocolError` on bad input."""
-        raise NotImplementedError
-
-    async def respond(
-        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
-    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-        """Send the reply; return the response and the assistant message to record."""
-        raise NotImplementedError
-
-    def error_body(self, error: ProtocolError) -> dict[str, Any]:
-        """The protocol's JSON error object (OpenAI's shape unless overridden)."""
-        return generic_error_body(error)
-
-    def count_reply(self, input_tokens: int) -> dict[str, Any]:
-        """The body answering a token-count request (protocols that have one)."""
-        return {"input_tokens": input_tokens}
-
-    def error_response(self, error: ProtocolError) -> web.Response:
-        return web.json_response(self.error_body(error), status=error.status)
-
-
-# -- helpers shared by the adapters ----------------------------------------------------
 
 
 _TYPE_NAMES = {
@@ -194,10 +70,12 @@ def expect_type(value: Any, types: type | tuple[type, ...], field: str, *, optio
 
 
 def number_field(body: Mapping[str, Any], key: str) -> float | None:
+    """``body[key]`` as a number, None when absent; a 400 naming ``key`` otherwise."""
     return expect_type(body.get(key), (int, float), key)
 
 
 def int_field(body: Mapping[str, Any], key: str) -> int | None:
+    """``body[key]`` as an integer (``3.0`` counts), None when absent; a 400 otherwise."""
     value = expect_type(body.get(key), (int, float), key)
     if value is None:
         return None
@@ -207,6 +85,7 @@ def int_field(body: Mapping[str, Any], key: str) -> int | None:
 
 
 def stop_field(body: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """Stop strings: ``body[key]`` as one string or a list of strings (a 400 otherwise)."""
     value = body.get(key)
     if value is None:
         return ()
@@ -337,6 +216,7 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | str:
 
 
 def dump_arguments(arguments: dict[str, Any] | str) -> str:
+    """Tool-call arguments as the JSON string the wire carries (a string stays as it is)."""
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False)
@@ -348,6 +228,7 @@ def chat_tool_call(name: str, arguments: dict[str, Any] | str) -> dict[str, Any]
 
 
 def function_tool(name: str, description: str, parameters: Any) -> dict[str, Any]:
+    """A chat-template function tool; parameters that are not a schema object become empty."""
     if not isinstance(parameters, dict):
         parameters = {"type": "object", "properties": {}}
     return {

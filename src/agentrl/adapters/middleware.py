@@ -1,0 +1,369 @@
+"""The middleware: one aiohttp server for every wire protocol, many sessions.
+
+::
+
+    mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
+                    trajectory=TrajectoryManager())
+    await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
+    token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
+    samples = await mw.finish_session(sid, reward=1.0, metadata={...})
+    await mw.drop_session(sid); await mw.close()
+
+One request: read and check the body (400 / 413 in the protocol's error shape), find the
+session by its token (401 unknown, 403 closed), take the session lock, enforce the turn
+cap (429) and translate the request; the turn itself (render, clamp, generate, parse,
+reply, record) is :mod:`agentrl.adapters.turns`. A client that goes away cancels the
+handler (``handler_cancellation``), which aborts the engine request; that turn is not
+recorded. Each session keeps what it recorded (``session(sid).turn_facts``) for the
+rollout that owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from agentrl import plugins
+from agentrl.adapters import probes
+from agentrl.adapters.base import Adapter, ProtocolError
+from agentrl.adapters.probes import read_json_body
+from agentrl.adapters.rendering import render_full
+from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
+from agentrl.adapters.turns import TurnPipeline, TurnTiming, renderable
+from agentrl.engines.base import Engine
+from agentrl.parsers.base import ReasoningParser, ToolCallParser
+from agentrl.tokenizers import check_chat_template_support
+from agentrl.trajectory import TrainingSample, TrajectoryManager
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
+    """A parser instance from a registered name, a class or an instance (None stays None)."""
+    if isinstance(parser, str):
+        parser = lookup(parser)
+    return parser() if isinstance(parser, type) else parser
+
+
+class Middleware:
+    """Serves every registered adapter's routes from one aiohttp app.
+
+    The server, its routes and the session API are here; each turn runs through the
+    :class:`~agentrl.adapters.turns.TurnPipeline` in :attr:`turns`.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        tokenizer: PreTrainedTokenizerBase,
+        tool_parser: ToolCallParser | type[ToolCallParser] | str | None = None,
+        reasoning_parser: ReasoningParser | type[ReasoningParser] | str | None = None,
+        trajectory: TrajectoryManager | None = None,
+        adapters: Iterable[Adapter | str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        model_name: str = "agentrl-policy",
+        incremental_render: bool = True,
+        timings_kept: int = 100_000,
+    ) -> None:
+        check_chat_template_support(tokenizer)
+        #: What every turn uses; the properties below read through to it.
+        self.turns = TurnPipeline(
+            engine=engine,
+            tokenizer=tokenizer,
+            trajectory=trajectory if trajectory is not None else TrajectoryManager(),
+            tool_parser=_resolve_parser(tool_parser, plugins.get_tool_parser),
+            reasoning_parser=_resolve_parser(reasoning_parser, plugins.get_reasoning_parser),
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
+            incremental_render=incremental_render,
+            timings=collections.deque(maxlen=timings_kept),
+            stop_ids=frozenset(getattr(tokenizer, "all_special_ids", ()) or ()),
+        )
+        self.max_body_bytes = int(max_body_bytes)
+        self.model_name = model_name
+        if adapters is None:
+            adapters = plugins.available("adapter")
+        self.adapters: list[Adapter] = [
+            plugins.get_adapter(a)() if isinstance(a, str) else a for a in adapters
+        ]
+        self._sessions = SessionTable()
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+        self.unix_path: str | None = None
+        self.app = self._build_app()
+
+    @property
+    def engine(self) -> Engine:
+        """The inference engine every turn calls (the caller's to close)."""
+        return self.turns.engine
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The tokenizer whose chat template renders every prompt."""
+        return self.turns.tokenizer
+
+    @property
+    def tool_parser(self) -> ToolCallParser | None:
+        """The parser that finds tool calls in the sampled text (None: no tool calls)."""
+        return self.turns.tool_parser
+
+    @property
+    def reasoning_parser(self) -> ReasoningParser | None:
+        """The parser that splits reasoning out of the sampled text (None: no reasoning)."""
+        return self.turns.reasoning_parser
+
+    @property
+    def trajectory(self) -> TrajectoryManager:
+        """Where every recorded turn goes; samples come out of it at finish."""
+        return self.turns.trajectory
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments for the chat template."""
+        return self.turns.chat_template_kwargs
+
+    @property
+    def incremental_render(self) -> bool:
+        """False renders and tokenizes every prompt from scratch (the reference behaviour)."""
+        return self.turns.incremental_render
+
+    @property
+    def timings(self) -> collections.deque[TurnTiming]:
+        """The latest recorded turns' timings (monitoring, benchmarks)."""
+        return self.turns.timings
+
+    # -- server ------------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.max_body_bytes,
+            middlewares=[probes.json_route_errors(self.adapters)],
+        )
+        seen: dict[tuple[str, str], str] = {}
+        for adapter in self.adapters:
+            for method, path, kind in adapter.routes:
+                if (method, path) in seen:
+                    raise ValueError(
+                        f"adapters {seen[(method, path)]!r} and {adapter.name!r} both serve "
+                        f"{method} {path}; pass adapters=[...] to choose one"
+                    )
+                seen[(method, path)] = adapter.name
+                app.router.add_route(method, path, self._handler(adapter, kind))
+        for path in ("/", "/api/hello"):
+            app.router.add_get(path, probes.alive)
+        app.router.add_get("/healthz", probes.health_handler(lambda: self.engine))
+        app.router.add_get("/v1/models", probes.models_handler(self.model_name))
+        return app
+
+    async def start(
+        self, host: str | None = "127.0.0.1", port: int = 0, unix_path: str | None = None
+    ) -> str:
+        """Listen on TCP (``host``/``port``; ``host=None`` skips it) and/or a unix socket.
+
+        A port already in use (or any other bind failure) raises the ``OSError``, with
+        nothing left listening.
+        """
+        if self._runner is not None:
+            raise RuntimeError("the middleware is already started; call close() first")
+        if host is None and unix_path is None:
+            raise ValueError("start() needs a host, a unix_path or both")
+        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        try:
+            if host is not None:
+                site = web.TCPSite(runner, host, port)
+                await site.start()
+                bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+                shown = f"[{host}]" if ":" in host else host
+                self.url = f"http://{shown}:{bound[1]}"
+            if unix_path is not None:
+                await web.UnixSite(runner, unix_path).start()
+                self.unix_path = unix_path
+        except BaseException:
+            await runner.cleanup()
+            self.url = None
+            raise
+        self._runner = runner
+        logger.info("middleware listening on %s", self.url or self.unix_path)
+        return self.url or f"unix:{unix_path}"
+
+    async def close(self) -> None:
+        """Drop every session and stop the server (the engine is the caller's to close)."""
+        for sid in list(self._sessions):
+            await self.drop_session(sid)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Middleware:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(
+        self,
+        sid: str,
+        *,
+        sampling_defaults: Mapping[str, Any] | None = None,
+        max_context_tokens: int = 0,
+        max_turns: int | None = None,
+        sampling_policy: str = "trainer",
+    ) -> str:
+        """Open session ``sid``; return the token its client sends as API key."""
+        if sampling_policy not in SAMPLING_POLICIES:
+            raise ValueError(
+                f"sampling_policy: expected one of {SAMPLING_POLICIES}, got {sampling_policy!r}"
+            )
+        if max_turns is not None and max_turns < 0:
+            raise ValueError(f"max_turns: expected None or >= 0, got {max_turns}")
+        token = new_token()
+        session = Session(
+            sid=sid,
+            token=token,
+            sampling_defaults=dict(sampling_defaults or {}),
+            max_context_tokens=int(max_context_tokens or 0),
+            max_turns=max_turns,
+            sampling_policy=sampling_policy,
+        )
+        self._sessions.add(session)
+        return token
+
+    def session(self, sid: str) -> Session:
+        """The open session ``sid`` (KeyError naming it otherwise)."""
+        return self._sessions.get(sid)
+
+    async def finish_session(
+        self,
+        sid: str,
+        *,
+        reward: float = 0.0,
+        metadata: Mapping[str, Any] | None = None,
+        wait_timeout: float = 30.0,
+        max_sample_tokens: int | None = None,
+    ) -> list[TrainingSample]:
+        """Close ``sid`` (waiting for an in-flight turn) and return its training samples.
+
+        Samples are cut to ``max_sample_tokens`` (default: the session's context budget;
+        0 keeps them whole).
+        """
+        session = self._sessions.close(sid)
+        if session is None:
+            return []
+        try:
+            await asyncio.wait_for(session.lock.acquire(), wait_timeout)
+            session.lock.release()
+        except asyncio.TimeoutError:
+            logger.warning(
+                "session %s: in-flight turn still running after %.0fs; cancelling",
+                sid,
+                wait_timeout,
+            )
+            await self._cancel_inflight(session)
+        if max_sample_tokens is None:
+            max_sample_tokens = session.max_context_tokens
+        return self.trajectory.get_trajectory(
+            sid, reward=reward, metadata=metadata, max_sample_tokens=max_sample_tokens
+        )
+
+    async def drop_session(self, sid: str) -> None:
+        """Close ``sid``, cancel its in-flight turn and forget its trajectory (idempotent)."""
+        session = self._sessions.close(sid)
+        if session is not None:
+            await self._cancel_inflight(session)
+        self.trajectory.drop_session(sid)
+
+    async def _cancel_inflight(self, session: Session) -> None:
+        tasks = [t for t in session.inflight if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- handlers ----------------------------------------------------------------------
+
+    def _handler(self, adapter: Adapter, kind: str):
+        routes = {"turn": self._turn, "count": self._count}
+        if kind not in routes:
+            raise ValueError(
+                f"adapter {adapter.name!r}: route kind must be one of {sorted(routes)}, "
+                f"got {kind!r}; fix its routes"
+            )
+        serve = routes[kind]
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                return await serve(adapter, request)
+            except ProtocolError as error:
+                if error.status >= 500:
+                    logger.warning(
+                        "%s %s -> %d: %s", request.method, request.path, error.status, error.message
+                    )
+                return adapter.error_response(error)
+            except asyncio.CancelledError:
+                raise
+            except ConnectionError:
+                # The client went away mid-reply (the turn logged it); nothing can reach it.
+                return web.Response(status=499)
+            except Exception:
+                logger.exception("%s %s failed", request.method, request.path)
+                return adapter.error_response(
+                    ProtocolError(500, "internal error in the agentrl middleware; see its log")
+                )
+
+        return handle
+
+    async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
+        body = await read_json_body(request, self.max_body_bytes)
+        self._sessions.authenticate(request.headers)
+        chat = adapter.parse_request(body, request.headers)
+        with renderable():
+            ids = render_full(
+                self.tokenizer,
+                chat.messages,
+                chat.tools,
+                chat_template_kwargs=self.chat_template_kwargs,
+            )
+        return web.json_response(adapter.count_reply(len(ids)))
+
+    async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        body = await read_json_body(request, self.max_body_bytes)
+        session = self._sessions.authenticate(request.headers)
+        chat = adapter.parse_request(body, request.headers)
+        task = asyncio.current_task()
+        async with session.lock:
+            if session.closed:
+                raise ProtocolError(403, f"session {session.sid!r} was closed while waiting")
+            if session.max_turns is not None and session.turns_started >= session.max_turns:
+                raise ProtocolError(
+                    429,
+                    f"session {session.sid!r} reached its turn cap of {session.max_turns} "
+                    "(open_session(max_turns=...)); the run is over",
+                )
+            turn_index = session.turns_started
+            session.turns_started += 1
+            if task is not None:
+                session.inflight.add(task)
+            try:
+                return await self.turns.run(
+                    adapter, request, session, chat, index=turn_index, started=started
+                )
+            finally:
+                session.inflight.discard(task)
