@@ -35,6 +35,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.parsers.base",
         "agentrl.sandboxes.base",
         "agentrl.sandboxes.boot",
+        "agentrl.sandboxes.exec",
     ),
     (
         "agentrl.harnesses.base",

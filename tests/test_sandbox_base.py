@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from agentrl.sandboxes import base
+from agentrl.sandboxes import exec as exec_module
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     ExecFailedError,
@@ -168,11 +169,11 @@ async def test_partial_marker_is_waited_on(flaky):
 
 def test_marker_parsing():
     """Only a complete marker (digits and a trailing newline) yields an exit code."""
-    assert base._parse_marker("") is None
-    assert base._parse_marker("1") is None
-    assert base._parse_marker("12\nx") is None
-    assert base._parse_marker("12\n") == 12
-    assert base._parse_marker("-1\n") == -1
+    assert exec_module._parse_marker("") is None
+    assert exec_module._parse_marker("1") is None
+    assert exec_module._parse_marker("12\nx") is None
+    assert exec_module._parse_marker("12\n") == 12
+    assert exec_module._parse_marker("-1\n") == -1
 
 
 async def test_severed_polls_still_give_the_exit_code(flaky):

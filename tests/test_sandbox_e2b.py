@@ -23,11 +23,11 @@ from agentrl.sandboxes.base import (
     ExecFailedError,
     SandboxError,
     SandboxGoneError,
-    exec_and_wait,
 )
 from agentrl.sandboxes.e2b import E2BSandbox
 from agentrl.sandboxes.e2b.errors import Verdict, classify
 from agentrl.sandboxes.e2b.options import E2BOptions
+from agentrl.sandboxes.exec import exec_and_wait
 from agentrl.testing.e2b_server import E2BServer
 from agentrl.types import Task
 

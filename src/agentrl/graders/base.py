@@ -18,10 +18,10 @@ import attrs
 
 from agentrl import settings
 from agentrl.graders.patching import SCALESWE_LADDER, PatchOutcome, apply_patch
-from agentrl.graders.tasks import resolve_host_path
 from agentrl.plugin_options import keyword_parameters
-from agentrl.sandboxes.base import Sandbox, exec_and_wait
+from agentrl.sandboxes.base import Sandbox
 from agentrl.sandboxes.boot import Booter, BootError, SandboxFactory
+from agentrl.sandboxes.exec import exec_and_wait
 from agentrl.types import ExecResult, Grade, Task
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "grader_failed",
     "grading_timed_out",
     "is_host_path",
+    "resolve_host_path",
     "sandbox_source_problem",
 ]
 
@@ -64,6 +65,16 @@ def grade_timeout(value: float | None = None, env: Mapping[str, str] | None = No
             raise ValueError(f"grading timeout must be positive seconds, got {value}")
         return float(value)
     return settings.get("AGENTRL_GRADE_TIMEOUT", env, default=DEFAULT_GRADE_TIMEOUT)
+
+
+def resolve_host_path(value: str | None, base_dir: pathlib.Path | None) -> str | None:
+    """``value`` made absolute against ``base_dir`` when it is a relative host path."""
+    if not value or base_dir is None:
+        return value
+    path = pathlib.Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str((base_dir / path).resolve())
 
 
 def is_host_path(repo: str | None) -> bool:

@@ -33,7 +33,8 @@ from agentrl.graders.tasks import (
     require_mapping,
     resolve_host_path,
 )
-from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox, exec_and_wait
+from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox
+from agentrl.sandboxes.exec import exec_and_wait
 from agentrl.types import ExecResult, Grade, Task
 
 __all__ = ["ScaleSWEGrader"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import settings
+from agentrl.graders.base import resolve_host_path
 from agentrl.types import DEFAULT_GRADER, Task
 
 if TYPE_CHECKING:
@@ -193,16 +194,6 @@ def parse_common(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str
     if gold_path:
         extra["gold_patch_path"] = gold_path
     return metadata, remote, extra
-
-
-def resolve_host_path(value: str | None, base_dir: pathlib.Path | None) -> str | None:
-    """``value`` made absolute against ``base_dir`` when it is a relative host path."""
-    if not value or base_dir is None:
-        return value
-    path = pathlib.Path(value).expanduser()
-    if path.is_absolute():
-        return str(path)
-    return str((base_dir / path).resolve())
 
 
 def gold_patch(task: Task) -> str | None:

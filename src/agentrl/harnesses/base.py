@@ -33,8 +33,8 @@ from agentrl.sandboxes.base import (
     Sandbox,
     SandboxError,
     cap_output,
-    exec_and_wait,
 )
+from agentrl.sandboxes.exec import exec_and_wait
 
 __all__ = [
     "DEFAULT_STATE_DIR",

@@ -16,15 +16,12 @@ import os
 import pathlib
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 from aiohttp import web
 
 from agentrl.testing import _e2b_wire as wire
-
-if TYPE_CHECKING:
-    from agentrl.testing.e2b_server import E2BServer, SandboxRecord
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +42,56 @@ class ProcessRun:
     events: asyncio.Queue[dict[str, Any]] = attrs.field(factory=asyncio.Queue)
     exit_code: int | None = None
     pump: asyncio.Task[None] | None = None
+
+
+@attrs.define(kw_only=True)
+class Fault:
+    """A fault armed for the next ``remaining`` matching calls of ``route``."""
+
+    route: str
+    action: str
+    remaining: int
+    status: int = 502
+    match: str | None = None
+
+
+@attrs.define(kw_only=True)
+class SandboxRecord:
+    """One sandbox the double created."""
+
+    sandbox_id: str
+    template: str
+    metadata: dict[str, str]
+    timeout: int | None
+    env_vars: dict[str, str]
+    home: pathlib.Path
+    access_token: str
+    idempotency_key: str | None = None
+    alive: bool = True
+    processes: dict[int, ProcessRun] = attrs.field(factory=dict)
+    reaper: asyncio.TimerHandle | None = None
+
+
+class E2BServer(Protocol):
+    """What the envd handlers need of the server (``e2b_server.E2BServer`` implements it)."""
+
+    def take_fault(self, route: str, detail: str) -> Fault | None: ...
+
+    async def apply_fault(
+        self,
+        request: web.Request,
+        fault: Fault,
+        route: str,
+        record: SandboxRecord | None,
+        detail: str,
+        user: str | None = None,
+    ) -> web.StreamResponse: ...
+
+    def record(
+        self, route: str, sandbox_id: str | None, detail: str, outcome: str, user: str | None = None
+    ) -> None: ...
+
+    def sever(self, request: web.Request) -> None: ...
 
 
 def request_user(request: web.Request) -> str:

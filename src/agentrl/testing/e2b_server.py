@@ -49,6 +49,7 @@ from aiohttp import web
 
 from agentrl.testing import _e2b_envd as envd
 from agentrl.testing import _e2b_wire as wire
+from agentrl.testing._e2b_envd import Fault, SandboxRecord
 
 __all__ = ["FAULT_ACTIONS", "ROUTES", "Call", "E2BServer", "Fault", "SandboxRecord"]
 
@@ -83,34 +84,6 @@ class Call:
     user: str | None = None
     #: The client's TCP port: two calls with different ports came on different connections.
     peer_port: int | None = None
-
-
-@attrs.define(kw_only=True)
-class Fault:
-    """A fault armed for the next ``remaining`` matching calls of ``route``."""
-
-    route: str
-    action: str
-    remaining: int
-    status: int = 502
-    match: str | None = None
-
-
-@attrs.define(kw_only=True)
-class SandboxRecord:
-    """One sandbox the double created."""
-
-    sandbox_id: str
-    template: str
-    metadata: dict[str, str]
-    timeout: int | None
-    env_vars: dict[str, str]
-    home: pathlib.Path
-    access_token: str
-    idempotency_key: str | None = None
-    alive: bool = True
-    processes: dict[int, envd.ProcessRun] = attrs.field(factory=dict)
-    reaper: asyncio.TimerHandle | None = None
 
 
 class E2BServer:
