@@ -23,9 +23,9 @@ from agentrl.sandboxes.base import (
     cap_output,
     cap_output_shell,
     check_result,
-    exec_and_wait,
     max_output_bytes,
 )
+from agentrl.sandboxes.exec import exec_and_wait
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import ExecResult
 
