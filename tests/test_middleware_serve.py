@@ -84,9 +84,6 @@ async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
 
 def test_serve_command_is_registered_and_documents_its_options():
     """`agentrl serve --help` lists the engine, tokenizer and output options."""
-    from agentrl.adapters import register_commands
-
-    register_commands(cli)
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0, result.output
     for option in ("--engine", "--engine-url", "--tokenizer", "--unix-socket", "--output"):
@@ -187,6 +184,51 @@ async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path,
             assert response.status == 503
     stop.set()
     assert await asyncio.wait_for(server, 30) == 0
+
+
+SERVE_INSTRUCTIONS = """\
+agentrl middleware at URL
+
+Claude Code:
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_AUTH_TOKEN=TOKEN-1 \\
+  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude
+
+Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):
+  model = "agentrl-policy"
+  model_provider = "agentrl"
+  [model_providers.agentrl]
+  name = "agentrl"
+  base_url = "URL/v1"
+  env_key = "AGENTRL_TOKEN"
+  wire_api = "responses"
+  AGENTRL_TOKEN=TOKEN-2 codex
+
+OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-3"""
+
+
+async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
+    """The start-up text names, per client, the variables and config that point it here.
+
+    Claude Code's and Codex's come from their harnesses; the URL and the three session
+    tokens (one per client kind) are replaced by placeholders.
+    """
+    stop = asyncio.Event()
+    lines, serving, announce = _announcer()
+    server = asyncio.create_task(
+        _serve_plain(sglang_client, qwen_tokenizer, tmp_path, stop, announce, lambda line: None)
+    )
+    await asyncio.wait_for(serving.wait(), 30)
+    stop.set()
+    await asyncio.wait_for(server, 30)
+    text = lines[0]
+    url = re.search(r"agentrl middleware at (\S+)", text).group(1)
+    tokens = list(dict.fromkeys(re.findall(r"(?:TOKEN|API_KEY)=(\S+)", text)))
+    assert len(tokens) == 3
+    for number, token in enumerate(tokens, start=1):
+        text = text.replace(token, f"TOKEN-{number}")
+    assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
 
 
 async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenizer, sglang_client):

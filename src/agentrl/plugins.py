@@ -35,6 +35,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "agentrl.sandboxes",
     "agentrl.harnesses",
     "agentrl.graders",
+    "agentrl.cli.commands",
 )
 
 #: kind -> the hook that fills it.
