@@ -12,9 +12,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agentrl.cli import demo
 from agentrl.adapters.rendering import IncrementalRenderer, render_full
-from agentrl.cli import cli
+from agentrl.cli import cli, demo
 from agentrl.cli.demo import (
     DEMO_CHAT_TEMPLATE,
     DEMO_INSTANCE,

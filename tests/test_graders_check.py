@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentrl import hookimpl, plugins
-from agentrl.graders.base import Grader
 from agentrl.cli.check_tasks import check_tasks_command
+from agentrl.graders.base import Grader
 from agentrl.graders.check import check_task, why_tests_did_not_run
 from agentrl.graders.tasks import TaskRow
 from agentrl.rollout.stack import Stack, StackOptions

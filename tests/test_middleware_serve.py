@@ -8,14 +8,19 @@ import re
 import socket
 import subprocess
 import sys
+import types
 
 import aiohttp
 import pytest
 from click.testing import CliRunner
 
+from agentrl import plugins
 from agentrl.cli import cli
 from agentrl.cli.serve import run_server, serve
 from agentrl.engines.sglang import SGLangEngine
+from agentrl.harnesses.base import ClientSetup
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.hookspecs import hookimpl
 from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)
@@ -229,6 +234,73 @@ async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokeniz
     for number, token in enumerate(tokens, start=1):
         text = text.replace(token, f"TOKEN-{number}")
     assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
+
+
+class _DescribedHarness(ClaudeCodeHarness):
+    """A plugin's harness that says how its CLI on the host is pointed at a middleware."""
+
+    name = "zz_described"
+
+    @classmethod
+    def client_setup(cls, base_url, token):
+        return ClientSetup(title="Described CLI", lines=(f"URL={base_url} KEY={token} cli",))
+
+
+class _SilentHarness(ClaudeCodeHarness):
+    """A plugin's harness that cannot say (returns None, as the contract's default does)."""
+
+    name = "zz_silent"
+
+    @classmethod
+    def client_setup(cls, base_url, token):
+        return None
+
+
+async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
+    tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
+):
+    """A plugin's harness gets its own session and section; one that cannot say gets neither.
+
+    The described session's token is one the middleware accepts, and the turn served on it
+    is written under that session's name.
+    """
+    registry = plugins.PluginRegistry(load_entrypoints=False, disabled=())
+    module = types.ModuleType("more_harnesses")
+
+    def register_harnesses(register):
+        register(_DescribedHarness)
+        register(_SilentHarness)
+
+    module.register_harnesses = hookimpl(register_harnesses)
+    registry.pm.register(module, name="more-harnesses")
+    previous = plugins.reset_registry(registry)
+    stop = asyncio.Event()
+    warnings: list[str] = []
+    lines, serving, announce = _announcer()
+    try:
+        server = asyncio.create_task(
+            _serve_plain(sglang_client, qwen_tokenizer, tmp_path, stop, announce, warnings.append)
+        )
+        await asyncio.wait_for(serving.wait(), 30)
+        text = lines[0]
+        titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
+        assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
+        assert titles[2:] == [
+            "Described CLI",
+            "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
+        ]
+        url, token = re.search(r"^  URL=(\S+) KEY=(\S+) cli$", text, re.MULTILINE).groups()
+        assert text.startswith(f"agentrl middleware at {url}\n")
+        scripted_engine.queue("Hello, described CLI.")
+        body = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+        async with http.post(f"{url}/v1/messages", json=body, headers={"x-api-key": token}) as r:
+            assert r.status == 200, await r.text()
+        stop.set()
+        assert await asyncio.wait_for(server, 30) == 1
+    finally:
+        plugins.reset_registry(previous)
+    rows = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert [row["session"] for row in rows] == ["zz_described"]
 
 
 async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenizer, sglang_client):
