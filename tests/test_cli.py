@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from agentrl import __version__, hookimpl, plugins
 from agentrl.cli import cli, main
+
+#: A registry's built-ins with only agentrl's own commands (`agentrl plugins` among them).
+COMMANDS_ONLY = ("agentrl.cli.commands",)
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -48,7 +53,7 @@ def test_plugins_table_lists_plugins():
 
 def test_plugins_table_prints_names_literally():
     """Names in square brackets are shown as text, not swallowed as rich markup."""
-    registry = plugins.PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    registry = plugins.PluginRegistry(builtins=COMMANDS_ONLY, load_entrypoints=False, disabled=())
     module = types.ModuleType("brackets")
     box = type("Box", (), {"name": "box[extra]"})
     module.register_sandboxes = hookimpl(lambda register: register(box))
@@ -80,6 +85,56 @@ def test_setup_commands_are_registered():
         assert f"  {command} " in result.output, command
 
 
+BUILTIN_COMMANDS = [
+    "check-tasks",
+    "demo",
+    "examples",
+    "install-clis",
+    "plugins",
+    "rollout",
+    "serve",
+]
+
+
+def test_builtin_commands_come_through_the_hook():
+    """Every built-in command comes from agentrl.cli.commands' register_commands, nowhere else.
+
+    A registry holding only that plugin fills an empty group with all of them; the other
+    built-in plugins add none.
+    """
+    only = plugins.PluginRegistry(builtins=COMMANDS_ONLY, load_entrypoints=False, disabled=())
+    group = click.Group("agentrl")
+    only.hook.register_commands(cli=group)
+    assert sorted(group.commands) == BUILTIN_COMMANDS
+    others = tuple(name for name in plugins.BUILTIN_PLUGINS if name not in COMMANDS_ONLY)
+    rest = plugins.PluginRegistry(builtins=others, load_entrypoints=False, disabled=())
+    bare = click.Group("agentrl")
+    rest.hook.register_commands(cli=bare)
+    assert bare.commands == {}
+
+
+def test_disabling_the_command_plugin_leaves_no_command():
+    """AGENTRL_DISABLE_PLUGINS=agentrl.cli.commands blocks the built-in commands like any plugin's."""
+    result = _run("plugins", env={**os.environ, "AGENTRL_DISABLE_PLUGINS": "agentrl.cli.commands"})
+    assert result.returncode == 2
+    assert "No such command 'plugins'" in result.stderr
+
+
+def test_loading_the_registry_imports_no_command_module():
+    """Building the registry and listing plugins (as a slime job does) imports no command module."""
+    probe = (
+        "import sys\n"
+        "from agentrl.plugins import get_registry\n"
+        "get_registry().plugins()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('agentrl.cli.')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['agentrl.cli.commands', 'agentrl.cli.main']"
+
+
 def test_unknown_command_exits_2():
     """An unknown subcommand is a usage error (exit 2) with a message, not a traceback."""
     result = _run("no-such-command")
@@ -90,7 +145,7 @@ def test_unknown_command_exits_2():
 
 def test_broken_plugin_is_one_line_not_a_traceback(capsys):
     """Two plugins registering one name make `agentrl plugins` exit 2 with the plugin error."""
-    registry = plugins.PluginRegistry(builtins=(), load_entrypoints=False, disabled=())
+    registry = plugins.PluginRegistry(builtins=COMMANDS_ONLY, load_entrypoints=False, disabled=())
     for owner in ("first", "second"):
         module = types.ModuleType(owner)
         twin = type("Twin", (), {"name": "twin"})

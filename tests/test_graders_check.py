@@ -13,13 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentrl import hookimpl, plugins
+from agentrl.cli.check_tasks import check_tasks_command
 from agentrl.graders.base import Grader
-from agentrl.graders.check import (
-    check_task,
-    check_tasks_command,
-    sandbox_factory_for,
-    why_tests_did_not_run,
-)
+from agentrl.graders.check import check_task, sandbox_factory_for, why_tests_did_not_run
 from agentrl.graders.tasks import TaskRow
 from agentrl.rollout.stack import Stack, StackOptions
 from agentrl.types import Grade, Task
@@ -100,7 +96,7 @@ def test_broken_tasks_are_reported(tmp_path):
     ]
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = run_cli("check-tasks", str(path), "--json", "--runs", "1", "--protocol", "scaleswe")
+    result = run_cli("check-tasks", str(path), "--json", "--runs", "1", "--grader", "scaleswe")
     assert result.returncode == 1, result.stdout + result.stderr
     by_id = {r["instance_id"]: r for r in map(json.loads, result.stdout.splitlines())}
     assert by_id["gold-fails"]["status"] == "broken"
@@ -216,7 +212,7 @@ def test_test_command_that_cannot_run_is_not_a_failing_gold_patch(tmp_path):
             for name, command in commands.items()
         )
     )
-    result = run_cli("check-tasks", str(path), "--json", "--runs", "1", "--protocol", "scaleswe")
+    result = run_cli("check-tasks", str(path), "--json", "--runs", "1", "--grader", "scaleswe")
     assert result.returncode == 1, result.stdout + result.stderr
     by_id = {r["instance_id"]: r for r in map(json.loads, result.stdout.splitlines())}
     cannot_run = "the test command could not run on the gold patch: "
@@ -236,7 +232,7 @@ def test_test_command_that_cannot_run_is_not_a_failing_gold_patch(tmp_path):
     ]
     assert "2 failed" in by_id["tests-fail"]["output_tail"]
 
-    verbose = run_cli("check-tasks", str(path), "-v", "--runs", "1", "--protocol", "scaleswe")
+    verbose = run_cli("check-tasks", str(path), "-v", "--runs", "1", "--grader", "scaleswe")
     assert verbose.returncode == 1, verbose.stderr
     broken_line, tail_line = verbose.stderr.split("broken: no-pytest", 1)[1].splitlines()[:2]
     assert "pytest is missing" in broken_line

@@ -32,7 +32,7 @@ def factory():
 def examples() -> dict[str, Task]:
     return {
         row.task.instance_id: row.task
-        for row in load_tasks(EXAMPLES / "scaleswe.jsonl", protocol="scaleswe")
+        for row in load_tasks(EXAMPLES / "scaleswe.jsonl", grader="scaleswe")
     }
 
 

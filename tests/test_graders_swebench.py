@@ -28,7 +28,7 @@ def factory():
 
 @pytest.fixture(scope="module")
 def task() -> Task:
-    (row,) = load_tasks(EXAMPLES / "swebench.jsonl", protocol="swebench")
+    (row,) = load_tasks(EXAMPLES / "swebench.jsonl", grader="swebench")
     return row.task
 
 

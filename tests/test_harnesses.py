@@ -24,15 +24,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
     import tomli as tomllib
 
-from agentrl.harnesses.base import (
-    HarnessContext,
-    HarnessError,
-    npm_install_specs,
-    parse_extra_args,
-    parse_extra_env,
-)
+from agentrl.harnesses.base import HarnessContext, HarnessError, parse_extra_args, parse_extra_env
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
+from agentrl.harnesses.npm import npm_install_specs
 from agentrl.harnesses.workspace import capture_diff, ensure_user, prepare_workspace
 from agentrl.plugins import get_harness
 from agentrl.sandboxes.local import LocalSandbox
@@ -176,6 +171,47 @@ def test_the_real_codex_accepts_our_config_strictly(tmp_path):
         (home / "config.toml").read_text() + "not_a_codex_setting = 1\n"
     )
     assert "unknown configuration field" in _run_until_turn(codex, tmp_path, home)
+
+
+def test_claude_code_client_setup_sets_what_the_sandbox_run_gets():
+    """The host instructions set the same URL, token and traffic switch as a rollout's run."""
+    setup = ClaudeCodeHarness.client_setup("http://127.0.0.1:8000", "tok-9")
+    assert setup.title == "Claude Code" and setup.lines[-1].endswith(" claude")
+    assigned = dict(
+        word.split("=", 1) for line in setup.lines for word in line.split() if "=" in word
+    )
+    run_env = ClaudeCodeHarness(cli_path="/x", environ={}).environment(
+        context(base_url="http://127.0.0.1:8000", api_key="tok-9"), time_budget=60
+    )
+    assert assigned == {key: run_env[key] for key in assigned}
+    assert set(assigned) == {
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    }
+
+
+def test_codex_client_setup_is_a_config_the_real_codex_accepts(tmp_path):
+    """The host instructions' config.toml lines load in Codex 0.171 with --strict-config.
+
+    They name the middleware's /v1 with the responses wire API, and the token variable the
+    last line sets.
+    """
+    codex = CLI_DIR / "bin" / "codex"
+    if not codex.exists():
+        pytest.fail(f"{codex} is missing; run `agentrl install-clis --dest .cache/clis`")
+    setup = CodexHarness.client_setup("http://127.0.0.1:8000", "tok-9")
+    *config_lines, run_line = setup.lines
+    config = tomllib.loads("\n".join(config_lines))
+    provider = config["model_providers"][config["model_provider"]]
+    assert provider["base_url"] == "http://127.0.0.1:8000/v1"
+    assert provider["wire_api"] == "responses"
+    assert run_line == f"{provider['env_key']}=tok-9 codex"
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text("\n".join(config_lines) + "\n")
+    run = _run_until_turn(codex, tmp_path, home)
+    assert "Error loading config" not in run and '"type":"turn.started"' in run
 
 
 def _run_until_turn(codex: Path, cwd: Path, home: Path) -> str:

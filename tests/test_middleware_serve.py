@@ -8,16 +8,20 @@ import re
 import socket
 import subprocess
 import sys
+import types
 
 import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from agentrl import hookimpl
+from agentrl import plugins
 from agentrl.cli import cli
 from agentrl.cli.serve import build_engine, run_server, serve
 from agentrl.engines.base import Engine, Generation
 from agentrl.engines.sglang import SGLangEngine
+from agentrl.harnesses.base import ClientSetup
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.hookspecs import hookimpl
 from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)
@@ -86,9 +90,6 @@ async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
 
 def test_serve_command_is_registered_and_documents_its_options():
     """`agentrl serve --help` lists the engine, tokenizer and output options."""
-    from agentrl.adapters import register_commands
-
-    register_commands(cli)
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0, result.output
     for option in ("--engine", "--engine-url", "--tokenizer", "--unix-socket", "--output"):
@@ -223,6 +224,118 @@ async def test_serve_warns_at_start_up_when_the_engine_does_not_answer(tmp_path,
             assert response.status == 503
     stop.set()
     assert await asyncio.wait_for(server, 30) == 0
+
+
+SERVE_INSTRUCTIONS = """\
+agentrl middleware at URL
+
+Claude Code:
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_AUTH_TOKEN=TOKEN-1 \\
+  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude
+
+Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):
+  model = "agentrl-policy"
+  model_provider = "agentrl"
+  [model_providers.agentrl]
+  name = "agentrl"
+  base_url = "URL/v1"
+  env_key = "AGENTRL_TOKEN"
+  wire_api = "responses"
+  AGENTRL_TOKEN=TOKEN-2 codex
+
+OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-3"""
+
+
+async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
+    """The start-up text names, per client, the variables and config that point it here.
+
+    Claude Code's and Codex's come from their harnesses; the URL and the three session
+    tokens (one per client kind) are replaced by placeholders.
+    """
+    stop = asyncio.Event()
+    lines, serving, announce = _announcer()
+    server = asyncio.create_task(
+        _serve_plain(sglang_client, qwen_tokenizer, tmp_path, stop, announce, lambda line: None)
+    )
+    await asyncio.wait_for(serving.wait(), 30)
+    stop.set()
+    await asyncio.wait_for(server, 30)
+    text = lines[0]
+    url = re.search(r"agentrl middleware at (\S+)", text).group(1)
+    tokens = list(dict.fromkeys(re.findall(r"(?:TOKEN|API_KEY)=(\S+)", text)))
+    assert len(tokens) == 3
+    for number, token in enumerate(tokens, start=1):
+        text = text.replace(token, f"TOKEN-{number}")
+    assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
+
+
+class _DescribedHarness(ClaudeCodeHarness):
+    """A plugin's harness that says how its CLI on the host is pointed at a middleware."""
+
+    name = "zz_described"
+
+    @classmethod
+    def client_setup(cls, base_url, token):
+        return ClientSetup(title="Described CLI", lines=(f"URL={base_url} KEY={token} cli",))
+
+
+class _SilentHarness(ClaudeCodeHarness):
+    """A plugin's harness that cannot say (returns None, as the contract's default does)."""
+
+    name = "zz_silent"
+
+    @classmethod
+    def client_setup(cls, base_url, token):
+        return None
+
+
+async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
+    tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
+):
+    """A plugin's harness gets its own session and section; one that cannot say gets neither.
+
+    The described session's token is one the middleware accepts, and the turn served on it
+    is written under that session's name.
+    """
+    registry = plugins.PluginRegistry(load_entrypoints=False, disabled=())
+    module = types.ModuleType("more_harnesses")
+
+    def register_harnesses(register):
+        register(_DescribedHarness)
+        register(_SilentHarness)
+
+    module.register_harnesses = hookimpl(register_harnesses)
+    registry.pm.register(module, name="more-harnesses")
+    previous = plugins.reset_registry(registry)
+    stop = asyncio.Event()
+    warnings: list[str] = []
+    lines, serving, announce = _announcer()
+    try:
+        server = asyncio.create_task(
+            _serve_plain(sglang_client, qwen_tokenizer, tmp_path, stop, announce, warnings.append)
+        )
+        await asyncio.wait_for(serving.wait(), 30)
+        text = lines[0]
+        titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
+        assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
+        assert titles[2:] == [
+            "Described CLI",
+            "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
+        ]
+        url, token = re.search(r"^  URL=(\S+) KEY=(\S+) cli$", text, re.MULTILINE).groups()
+        assert text.startswith(f"agentrl middleware at {url}\n")
+        scripted_engine.queue("Hello, described CLI.")
+        body = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+        async with http.post(f"{url}/v1/messages", json=body, headers={"x-api-key": token}) as r:
+            assert r.status == 200, await r.text()
+        stop.set()
+        assert await asyncio.wait_for(server, 30) == 1
+    finally:
+        plugins.reset_registry(previous)
+    rows = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert [row["session"] for row in rows] == ["zz_described"]
 
 
 async def test_serve_with_a_healthy_engine_warns_nothing(tmp_path, qwen_tokenizer, sglang_client):

@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "agentrl.sandboxes",
     "agentrl.harnesses",
     "agentrl.graders",
+    "agentrl.cli.commands",
 )
 
 #: kind -> the hook that fills it.

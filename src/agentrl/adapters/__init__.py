@@ -31,11 +31,3 @@ def register_adapters(register):
     register(AnthropicAdapter)
     register(OpenAIResponsesAdapter)
     register(OpenAIChatAdapter)
-
-
-@hookimpl
-def register_commands(cli):
-    """Add ``agentrl serve``."""
-    from agentrl.cli.serve import serve
-
-    cli.add_command(serve)

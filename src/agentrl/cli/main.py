@@ -1,82 +1,56 @@
-"""The ``agentrl`` command. Subcommands live beside the layer they drive; plugins add more."""
+"""The ``agentrl`` group and its console entry point.
+
+The group holds no command of its own: every one, built-in or third-party, is added by a
+plugin's ``register_commands`` hook (the built-ins by :mod:`agentrl.cli.commands`), the
+first time the group is asked for its commands.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
 import click
 
 from agentrl import __version__
-from agentrl.plugins import KINDS, PluginError, get_registry
+from agentrl.plugins import PluginError, PluginRegistry, get_registry
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PluginCommandGroup(click.Group):
+    """A click group whose commands come from the plugin registry's ``register_commands``.
+
+    The hook is called once per registry, when the group is first asked for a command
+    (``--help`` included), so building the group imports no command module. A registry put
+    in place later (``plugins.reset_registry``) adds its commands the next time.
+    """
+
+    #: The registry whose commands were added last.
+    _loaded_from: PluginRegistry | None = None
+
+    def load_plugin_commands(self) -> None:
+        """Add the commands of the process-wide registry's plugins, once per registry."""
+        registry = get_registry()
+        if registry is self._loaded_from:
+            return
+        self._loaded_from = registry  # first: a hook that looks a command up does not recurse
+        registry.hook.register_commands(cli=self)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_plugin_commands()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self.load_plugin_commands()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=PluginCommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agentrl")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """Reinforcement learning of real coding agents."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-@cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def plugins(as_json: bool) -> None:
-    """List every plugin, its distribution, version and what it registered.
-
-    A plugin that failed to load is listed with its error instead of registrations.
-    """
-    infos = get_registry().plugins()
-    if as_json:
-        click.echo(json.dumps([info.to_dict() for info in infos], indent=2))
-        return
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="agentrl plugins")
-    table.add_column("plugin")
-    table.add_column("distribution")
-    table.add_column("version")
-    table.add_column("registered")
-    for info in infos:
-        registered = escape(
-            "\n".join(
-                f"{kind.replace('_', ' ')}: {', '.join(info.registered[kind])}"
-                for kind in KINDS
-                if info.registered.get(kind)
-            )
-        )
-        if info.error:
-            registered = f"[red]failed to load[/]: {escape(info.error)}"
-        table.add_row(
-            escape(info.name),
-            escape(info.distribution or "-"),
-            escape(info.version or "-"),
-            registered or "-",
-        )
-    Console().print(table)
-
-
-def _add_builtin_commands() -> None:
-    from agentrl.cli.demo import demo_command
-    from agentrl.cli.examples import examples_command
-    from agentrl.cli.rollout import rollout_command
-    from agentrl.harnesses.install_clis import install_clis_command
-
-    cli.add_command(rollout_command)
-    cli.add_command(demo_command)
-    cli.add_command(examples_command)
-    cli.add_command(install_clis_command)
-
-
-_add_builtin_commands()
-
-
-def _load_plugin_commands() -> None:
-    get_registry().hook.register_commands(cli=cli)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     command that does not need it still runs.
     """
     try:
-        _load_plugin_commands()
+        cli.load_plugin_commands()
         cli.main(args=argv, prog_name="agentrl")
     except PluginError as exc:
         click.echo(f"agentrl: plugin error: {exc}", err=True)

@@ -1,7 +1,8 @@
 """``agentrl serve``: the middleware alone, for pointing any agent at a policy by hand.
 
-It opens one session per kind of client (Claude Code, Codex, OpenAI SDK), prints the
-base URL and each session's token with the settings that client needs, serves until
+It opens one session per kind of client (each agent CLI whose harness says how it is
+pointed at a middleware — Claude Code, Codex — and one for OpenAI / Anthropic SDKs), prints
+the base URL and each session's token with the settings that client needs, serves until
 Ctrl-C / SIGTERM, then writes every recorded sample as JSON lines.
 
 Start-up fails with one line (exit 1) when the chat template cannot be rendered (jinja2
@@ -18,51 +19,70 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentrl.harnesses.base import ClientSetup
+
 if TYPE_CHECKING:
+    from agentrl.adapters.middleware import Middleware
     from agentrl.engines.base import Engine
 
 __all__ = ["serve"]
 
 logger = logging.getLogger(__name__)
 
-#: (session id, what it is for) — one session per kind of client.
-CLIENT_SESSIONS = (
-    ("claude_code", "Claude Code (Anthropic Messages)"),
-    ("codex", "Codex >= 0.95 (OpenAI Responses)"),
-    ("openai", "OpenAI / Anthropic SDK clients, Codex <= 0.94 (Chat Completions)"),
-)
+#: The session for SDK clients (OpenAI / Anthropic SDKs, Codex <= 0.94 on Chat
+#: Completions); the agent CLIs get one each, named after their harness.
+SDK_SESSION = "openai"
 
 
-def client_instructions(base_url: str, tokens: dict[str, str]) -> str:
-    """What to run to point each client at the middleware."""
-    return "\n".join(
-        [
-            f"agentrl middleware at {base_url}",
-            "",
-            "Claude Code:",
-            f"  ANTHROPIC_BASE_URL={base_url} ANTHROPIC_AUTH_TOKEN={tokens['claude_code']} \\",
-            "  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude",
-            "",
-            "Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):",
-            '  model = "agentrl-policy"',
-            '  model_provider = "agentrl"',
-            "  [model_providers.agentrl]",
-            '  name = "agentrl"',
-            f'  base_url = "{base_url}/v1"',
-            '  env_key = "AGENTRL_TOKEN"',
-            '  wire_api = "responses"',
-            f"  AGENTRL_TOKEN={tokens['codex']} codex",
-            "",
-            "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:",
-            f"  OPENAI_BASE_URL={base_url}/v1 OPENAI_API_KEY={tokens['openai']}",
-            f"  ANTHROPIC_BASE_URL={base_url} ANTHROPIC_API_KEY={tokens['openai']}",
-        ]
+def sdk_setup(base_url: str, token: str) -> ClientSetup:
+    """How an OpenAI or Anthropic SDK client is pointed at the middleware."""
+    return ClientSetup(
+        title="OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
+        lines=(
+            f"OPENAI_BASE_URL={base_url}/v1 OPENAI_API_KEY={token}",
+            f"ANTHROPIC_BASE_URL={base_url} ANTHROPIC_API_KEY={token}",
+        ),
     )
+
+
+def client_instructions(base_url: str, setups: Iterable[ClientSetup]) -> str:
+    """What to run to point each client at the middleware."""
+    lines = [f"agentrl middleware at {base_url}"]
+    for setup in setups:
+        lines += ["", f"{setup.title}:", *(f"  {line}" for line in setup.lines)]
+    return "\n".join(lines)
+
+
+async def open_client_sessions(
+    middleware: Middleware, base_url: str, session_options: Mapping[str, Any]
+) -> dict[str, ClientSetup]:
+    """One session per kind of client, by session id, with how to point that client at it.
+
+    Every registered harness whose ``client_setup`` says how its CLI on the host is pointed
+    here gets a session named after it (one that cannot say gets none), then the SDKs get
+    :data:`SDK_SESSION`.
+    """
+    from agentrl.plugins import available, get_harness
+
+    setups: dict[str, ClientSetup] = {}
+    for name in available("harness"):
+        token = middleware.open_session(name, **session_options)
+        describe = getattr(get_harness(name), "client_setup", None)
+        setup = describe(base_url, token) if describe is not None else None
+        if setup is None:
+            await middleware.drop_session(name)
+        else:
+            setups[name] = setup
+    setups[SDK_SESSION] = sdk_setup(
+        base_url, middleware.open_session(SDK_SESSION, **session_options)
+    )
+    return setups
 
 
 def build_engine(name: str, url: str | None, model: str | None) -> Engine:
@@ -134,8 +154,9 @@ async def run_server(
             f"cannot listen on {where}: {reason}; choose another --port (or --host / "
             "--unix-socket), or stop what is using it"
         ) from None
-    tokens = {sid: middleware.open_session(sid, **session_options) for sid, _ in CLIENT_SESSIONS}
-    announce(client_instructions(middleware.url or f"unix:{unix_path}", tokens))
+    base_url = middleware.url or f"unix:{unix_path}"
+    setups = await open_client_sessions(middleware, base_url, session_options)
+    announce(client_instructions(base_url, setups.values()))
     problem = await engine_problem(engine)
     if problem is not None:
         warn(
@@ -149,7 +170,7 @@ async def run_server(
     finally:
         output.parent.mkdir(parents=True, exist_ok=True)
         with output.open("w") as handle:
-            for sid, _ in CLIENT_SESSIONS:
+            for sid in setups:
                 samples = await middleware.finish_session(
                     sid, reward=reward, metadata={"session": sid}
                 )

@@ -13,11 +13,3 @@ def register_graders(register):
 
     register(ScaleSWEGrader)
     register(SWEBenchGrader)
-
-
-@hookimpl
-def register_commands(cli):
-    """Add ``agentrl check-tasks``."""
-    from agentrl.graders.check import check_tasks_command
-
-    cli.add_command(check_tasks_command)

@@ -1,4 +1,4 @@
-"""``agentrl check-tasks``: grade each task's gold and empty patch to find broken tasks.
+"""Grade each task's gold and empty patch to find broken tasks (``agentrl check-tasks``).
 
 A well-formed task is gradable, its gold patch solves it, the empty patch does not, and
 both say so the same way on every run. Anything else (gold fails, empty passes, a grader
@@ -11,25 +11,15 @@ the sandbox's fault, the second the task's.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-import click
 
 from agentrl.graders.base import Grader, SandboxFactory
-from agentrl.graders.tasks import (
-    AUTO_PROTOCOL,
-    TaskLoadError,
-    TaskRow,
-    gold_patch,
-    load_tasks,
-    select_protocol,
-)
+from agentrl.graders.tasks import TaskLoadError, TaskRow, gold_patch
 from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Grade, Task
 
@@ -37,7 +27,6 @@ __all__ = [
     "TaskCheck",
     "check_task",
     "check_tasks",
-    "check_tasks_command",
     "output_tail",
     "sandbox_factory_for",
     "why_tests_did_not_run",
@@ -285,107 +274,3 @@ def sandbox_factory_for(
         return sandbox_cls.from_task(task, **extra)
 
     return factory
-
-
-def _print_table(results: Sequence[TaskCheck]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="agentrl check-tasks")
-    for column in ("task", "source", "gold", "empty", "status", "reason"):
-        table.add_column(column)
-    styles = {OK: "green", BROKEN: "red", UNCHECKED: "yellow"}
-    for result in results:
-        table.add_row(
-            escape(result.instance_id),
-            escape(result.source),
-            " ".join(f"{r:g}" for r in result.gold_rewards) or "-",
-            " ".join(f"{r:g}" for r in result.empty_rewards) or "-",
-            f"[{styles[result.status]}]{result.status}[/]",
-            escape("; ".join(result.reasons)) or "well-formed",
-        )
-    Console().print(table)
-
-
-@click.command("check-tasks")
-@click.argument("task_files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option(
-    "--protocol",
-    default=None,
-    help="Grader protocol, or 'auto' to choose per row (default: from the environment, else auto).",
-)
-@click.option(
-    "--eval",
-    "evaluation",
-    is_flag=True,
-    help="Select the protocol as for evaluation (AGENTRL_EVAL_GRADER).",
-)
-@click.option("--sandbox", "sandbox_name", default="local", show_default=True)
-@click.option("--runs", default=2, show_default=True, type=click.IntRange(1, 10))
-@click.option("--timeout", type=float, default=None, help="Grading time budget (seconds).")
-@click.option("--concurrency", default=2, show_default=True, type=click.IntRange(1, 256))
-@click.option(
-    "--host-python/--no-host-python",
-    default=True,
-    show_default=True,
-    help="Bind this machine's Python into local sandboxes of image-less tasks.",
-)
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print one JSON object per task (with the failing grade's output_tail).",
-)
-@click.option(
-    "-v", "--verbose", is_flag=True, help="Show the grader's output tail under each broken task."
-)
-def check_tasks_command(
-    task_files: tuple[str, ...],
-    protocol: str | None,
-    evaluation: bool,
-    sandbox_name: str,
-    runs: int,
-    timeout: float | None,
-    concurrency: int,
-    host_python: bool,
-    as_json: bool,
-    verbose: bool,
-) -> None:
-    """Grade the gold and empty patch of every task and report broken tasks.
-
-    Exits 1 when any task is broken (gold fails, empty passes, grader error, flaky).
-    """
-    from agentrl.plugins import PluginError, get_grader
-
-    chosen = select_protocol(protocol, evaluation=evaluation, default=AUTO_PROTOCOL)
-    try:
-        factory = sandbox_factory_for(sandbox_name, host_python=host_python)
-        rows = [row for path in task_files for row in load_tasks(path, protocol=chosen)]
-        graders = {
-            name: get_grader(name).from_options(timeout=timeout)
-            for name in {r.task.protocol for r in rows}
-        }
-    except (PluginError, TaskLoadError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    results = asyncio.run(check_tasks(rows, graders, factory, runs=runs, concurrency=concurrency))
-    if as_json:
-        for result in results:
-            click.echo(json.dumps(result.to_dict()))
-    else:
-        _print_table(results)
-    broken = [r for r in results if r.broken]
-    for result in broken:
-        click.echo(
-            f"broken: {result.instance_id} ({result.source}): {'; '.join(result.reasons)}", err=True
-        )
-        if verbose:
-            tail = result.output_tail or "(the grader kept no output)"
-            click.echo("".join(f"    | {line}\n" for line in tail.splitlines()), err=True, nl=False)
-    click.echo(
-        f"{len(results)} tasks ({chosen}): {len(results) - len(broken)} well-formed or "
-        f"unchecked, {len(broken)} broken",
-        err=True,
-    )
-    if broken:
-        sys.exit(1)

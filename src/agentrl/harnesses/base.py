@@ -1,9 +1,11 @@
 """The harness contract: put an agent CLI in a sandbox, point it at a session, run it.
 
 A harness installs its CLI (from host-side npm tarballs uploaded into the sandbox, or from
-an install the sandbox can already see), writes the CLI's own configuration so that every
-LLM call goes to one middleware session, and launches the CLI detached as the unprivileged
-agent user under a time budget. It never talks to the model itself.
+an install the sandbox can already see: :mod:`agentrl.harnesses.install`), writes the
+CLI's own configuration so that every LLM call goes to one middleware session, and
+launches the CLI detached as the unprivileged agent user under a time budget. It never
+talks to the model itself. It also says how the CLI, run by hand on the host, is pointed
+at a middleware session (:class:`ClientSetup`, printed by ``agentrl serve``).
 
 Everything a harness writes lives under its ``state_dir`` (outside the task's workdir), so
 the agent's diff never contains harness files.
@@ -12,7 +14,6 @@ the agent's diff never contains harness files.
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
 import os
 import pathlib
@@ -24,10 +25,10 @@ from typing import Any, ClassVar
 import attrs
 
 from agentrl.harnesses.errors import HarnessError
-from agentrl.harnesses.npm import jittered_backoff, npm_install_specs, package_bin, run_npm_install
+from agentrl.harnesses.install import host_install, install_cli
+from agentrl.harnesses.npm import jittered_backoff
 from agentrl.harnesses.options import parse_extra_args, parse_extra_env
 from agentrl.plugin_options import check_option_keys, keyword_parameters
-from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
     Sandbox,
@@ -39,12 +40,12 @@ from agentrl.sandboxes.exec import exec_and_wait
 __all__ = [
     "DEFAULT_STATE_DIR",
     "EXIT_TIME_BUDGET_EXCEEDED",
+    "ClientSetup",
     "Harness",
     "HarnessContext",
     "HarnessError",
     "give_to_user",
     "jittered_backoff",
-    "npm_install_specs",
     "parse_extra_args",
     "parse_extra_env",
 ]
@@ -116,23 +117,31 @@ class HarnessContext:
             )
 
 
+@attrs.frozen(kw_only=True)
+class ClientSetup:
+    """How a person points an agent CLI on the host at a middleware session, by hand.
+
+    ``title`` names the client (and, for a config file, where the lines go); ``lines``
+    are what to set, paste and run, in order.
+    """
+
+    title: str
+    lines: tuple[str, ...] = attrs.field(converter=tuple)
+
+
 @attrs.define(kw_only=True)
 class Harness(abc.ABC):
     """One agent CLI: how to install it, configure it for a session, and run it.
 
-    Install sources, first that applies:
+    The install sources are options of every harness: ``tarballs`` (host npm tarballs,
+    installed with ``npm install -g``, ``--offline`` unless ``npm_offline=False``, retried
+    ``install_attempts`` times on transient npm failures), else ``cli_path`` (an install
+    the sandbox can see), else the binary on the sandbox's ``PATH``; ``node_tarball`` is
+    unpacked first when the sandbox has no ``node``. How each is installed is
+    :mod:`agentrl.harnesses.install`.
 
-    * ``tarballs``: host paths of npm tarballs (``npm pack`` output, the CLI's package plus
-      its platform package); uploaded and installed with ``npm install -g`` into
-      ``{state_dir}/npm`` (``--offline`` unless ``npm_offline=False``, for tarballs whose
-      dependencies come from a registry), retried with jittered backoff on transient npm
-      failures.
-    * ``cli_path``: the CLI's executable as the sandbox sees it (e.g. a host install bound
-      read-only into a local sandbox).
-    * otherwise the CLI's binary name on the sandbox's ``PATH``.
-
-    ``node_tarball`` (a Node.js ``linux-x64`` tar archive on the host) is unpacked first
-    when the sandbox has no ``node``.
+    :meth:`client_setup` says how the same CLI, run by hand on the host, is pointed at a
+    middleware session (what ``agentrl serve`` prints).
     """
 
     name: ClassVar[str]
@@ -207,30 +216,21 @@ class Harness(abc.ABC):
     def host_install(cls, install_dir: str | os.PathLike[str]) -> tuple[dict[str, str], str]:
         """Read-only binds and ``cli_path`` for a host install a sandbox should run as is.
 
-        ``install_dir`` holds ``bin/<binary>`` (what ``agentrl install-clis`` writes), or
-        is the CLI's npm package directory (``PREFIX/lib/node_modules/<package>`` of an
-        ``npm install -g``; its ``package.json`` names the executable). The directory
-        is bound at its own resolved path, so the install's absolute symlinks keep
-        working: pass the binds to the sandbox (the ``local`` backend's ``ro_binds``) and
-        ``cli_path`` to the harness.
+        See :func:`agentrl.harnesses.install.host_install`: ``install_dir`` holds
+        ``bin/<binary>`` (what ``agentrl install-clis`` writes) or is the CLI's npm package
+        directory; the binds go to the sandbox, ``cli_path`` to the harness.
         """
-        root = pathlib.Path(install_dir).expanduser().resolve()
-        link = root / "bin" / cls.binary
-        if not link.exists():
-            link = package_bin(root, cls.npm_package, cls.binary) or link
-        if not link.exists():
-            raise HarnessError(
-                f"{cls.name}: {link} does not exist; install the CLI with "
-                "`agentrl install-clis` (or point install_dir at an install holding "
-                f"bin/{cls.binary}, or at the {cls.npm_package} npm package directory)"
-            )
-        target = link.resolve()
-        if not target.is_relative_to(root):
-            raise HarnessError(
-                f"{cls.name}: {link} points outside {root} (to {target}); a sandbox would "
-                "not see it. Install the CLI inside the directory you bind"
-            )
-        return {str(root): str(root)}, str(target)
+        return host_install(cls, install_dir)
+
+    @classmethod
+    def client_setup(cls, base_url: str, token: str) -> ClientSetup | None:
+        """How to point this CLI, run by hand on the host, at a middleware session.
+
+        ``base_url`` is the middleware root (no ``/v1``) and ``token`` the session's token.
+        ``agentrl serve`` prints it, with a session of its own for every harness that gives
+        one; None (the default) when the harness cannot say.
+        """
+        return None
 
     # -- paths inside the sandbox ---------------------------------------------------------
     @property
@@ -264,106 +264,12 @@ class Harness(abc.ABC):
 
     # -- install ---------------------------------------------------------------------------
     async def install(self, sandbox: Sandbox) -> str:
-        """Make the CLI runnable in ``sandbox``; returns the real path of its executable."""
-        q_state = shlex.quote(self.state_dir)
-        await self._root(sandbox, f"mkdir -p {q_state}/bin {q_state}/home && chmod 755 {q_state}")
-        if self.node_tarball:
-            await self._install_node(sandbox)
-        if self.tarballs:
-            target = await self._npm_install(sandbox)
-        else:
-            target = await self._find_preinstalled(sandbox)
-        await self._root(sandbox, f"ln -sfn {shlex.quote(target)} {shlex.quote(self.launcher)}")
-        probe = await sandbox.exec(
-            self.with_path(f"{shlex.quote(self.launcher)} --version"),
-            user="root",
-            env={"HOME": self.home},
-            timeout=120,
-        )
-        if probe.exit_code != 0:
-            raise HarnessError(
-                f"{self.name}: `{self.binary} --version` failed in the sandbox "
-                f"(exit {probe.exit_code}): {(probe.stderr or probe.stdout).strip()[-800:]}; "
-                "check that the install matches the sandbox's OS and architecture"
-            )
-        logger.info("%s: installed %s (%s)", self.name, target, probe.stdout.strip()[:80])
-        return target
+        """Make the CLI runnable in ``sandbox``; returns the real path of its executable.
 
-    async def _find_preinstalled(self, sandbox: Sandbox) -> str:
-        where = self.cli_path or f"`{self.binary}` on the sandbox PATH"
-        script = (
-            f'p={shlex.quote(self.cli_path)}; [ -x "$p" ] && readlink -f "$p"'
-            if self.cli_path
-            else f'p=$(command -v {shlex.quote(self.binary)}) && readlink -f "$p"'
-        )
-        found = await sandbox.exec(self.with_path(script), user="root", timeout=30)
-        path = found.stdout.strip()
-        if found.exit_code != 0 or not path:
-            raise HarnessError(
-                f"{self.name}: no {self.binary} CLI found ({where} is missing or not "
-                "executable); pass cli_path= pointing at an install the sandbox can see, "
-                f"or tarballs= with the `npm pack {self.npm_package}` output"
-            )
-        return path
-
-    async def _install_node(self, sandbox: Sandbox) -> None:
-        has_node = await sandbox.exec(self.with_path("command -v node"), user="root", timeout=30)
-        if has_node.exit_code == 0:
-            return
-        assert self.node_tarball is not None
-        remote = f"{self.state_dir}/{pathlib.Path(self.node_tarball).name}"
-        await sandbox.write_file(remote, pathlib.Path(self.node_tarball))
-        node_dir = shlex.quote(f"{self.state_dir}/node")
-        await self._root(
-            sandbox,
-            f"mkdir -p {node_dir} && tar -xf {shlex.quote(remote)} -C {node_dir} "
-            f"--strip-components=1 && rm -f {shlex.quote(remote)}",
-            timeout=300,
-        )
-
-    async def _npm_install(self, sandbox: Sandbox) -> str:
-        specs = await asyncio.to_thread(npm_install_specs, self.tarballs)
-        remote = []
-        await self._root(sandbox, f"mkdir -p {shlex.quote(self.state_dir)}/pkgs")
-        for tarball, alias in specs:
-            path = f"{self.state_dir}/pkgs/{pathlib.Path(tarball).name}"
-            await sandbox.write_file(path, pathlib.Path(tarball))
-            remote.append(f"{alias}@file:{path}" if alias else path)
-        prefix = f"{self.state_dir}/npm"
-        env = {
-            "HOME": f"{self.state_dir}/npm-home",
-            "npm_config_prefix": prefix,
-            "npm_config_cache": f"{self.state_dir}/npm-cache",
-            "npm_config_update_notifier": "false",
-            "npm_config_fund": "false",
-            "npm_config_audit": "false",
-            "npm_config_engine_strict": "false",
-        }
-        # Offline by default: the tarballs carry everything, and npm would otherwise try
-        # to fetch the metadata of every optional platform package and hang without a
-        # registry. An optional package npm cannot resolve offline is skipped.
-        offline = " --offline" if self.npm_offline else ""
-        cmd = self.with_path(
-            f"npm install -g --no-save --loglevel=error{offline} "
-            + " ".join(map(shlex.quote, remote))
-        )
-        await run_npm_install(
-            lambda: sandbox.exec(cmd, user="root", env=env, timeout=900, idempotent=False),
-            what=f"{self.name}: `npm install -g` of {', '.join(self.tarballs)}",
-            policy=RetryPolicy(attempts=self.install_attempts, base=self.install_backoff),
-        )
-        return await self._find_in_prefix(sandbox, prefix)
-
-    async def _find_in_prefix(self, sandbox: Sandbox, prefix: str) -> str:
-        path = f"{prefix}/bin/{self.binary}"
-        found = await sandbox.exec(f"readlink -f {shlex.quote(path)}", user="root", timeout=30)
-        target = found.stdout.strip()
-        if found.exit_code != 0 or not target:
-            raise HarnessError(
-                f"{self.name}: npm installed the tarballs but {path} is missing; "
-                f"are they the {self.npm_package} package (and its platform package)?"
-            )
-        return target
+        From the first install source that applies (tarballs, ``cli_path``, the sandbox's
+        ``PATH``): see :func:`agentrl.harnesses.install.install_cli`.
+        """
+        return await install_cli(self, sandbox)
 
     # -- configure / run -------------------------------------------------------------------
     async def configure(self, sandbox: Sandbox, ctx: HarnessContext) -> None:

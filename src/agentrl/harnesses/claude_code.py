@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import attrs
 
-from agentrl.harnesses.base import Harness, HarnessContext
+from agentrl.harnesses.base import ClientSetup, Harness, HarnessContext
 
 __all__ = ["ClaudeCodeHarness"]
 
@@ -40,6 +40,17 @@ class ClaudeCodeHarness(Harness):
         "SLIME_AGENT_CC_EXTRA_ENVS",
     )
     workspace_excludes: ClassVar[tuple[str, ...]] = (".claude",)
+
+    @classmethod
+    def client_setup(cls, base_url: str, token: str) -> ClientSetup:
+        """``claude`` with the session's URL and token in its environment, no side traffic."""
+        return ClientSetup(
+            title="Claude Code",
+            lines=(
+                f"ANTHROPIC_BASE_URL={base_url} ANTHROPIC_AUTH_TOKEN={token} \\",
+                f"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 {cls.binary}",
+            ),
+        )
 
     def config_files(self, ctx: HarnessContext) -> dict[str, str]:
         settings = {

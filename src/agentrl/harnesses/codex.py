@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import attrs
 
-from agentrl.harnesses.base import Harness, HarnessContext
+from agentrl.harnesses.base import ClientSetup, Harness, HarnessContext
 
 __all__ = ["CodexHarness"]
 
@@ -20,6 +20,8 @@ __all__ = ["CodexHarness"]
 DEFAULT_MODEL = "agentrl-policy"
 _PROVIDER = "agentrl"
 _KEY_VAR = "AGENTRL_SESSION_TOKEN"
+#: The variable a person sets to the session token for a Codex run by hand on the host.
+_HOST_KEY_VAR = "AGENTRL_TOKEN"
 
 
 def _toml_str(value: str) -> str:
@@ -58,6 +60,23 @@ class CodexHarness(Harness):
 
     #: Seconds Codex waits for the first byte of a streamed reply before retrying.
     stream_idle_timeout: float = 3600.0
+
+    @classmethod
+    def client_setup(cls, base_url: str, token: str) -> ClientSetup:
+        """A ``config.toml`` provider for the middleware's ``/v1``, the token in an env var."""
+        return ClientSetup(
+            title=f"Codex (in $CODEX_HOME/config.toml, then run with {_HOST_KEY_VAR} set)",
+            lines=(
+                f"model = {_toml_str(DEFAULT_MODEL)}",
+                f"model_provider = {_toml_str(_PROVIDER)}",
+                f"[model_providers.{_PROVIDER}]",
+                f"name = {_toml_str(_PROVIDER)}",
+                f"base_url = {_toml_str(base_url + '/v1')}",
+                f"env_key = {_toml_str(_HOST_KEY_VAR)}",
+                'wire_api = "responses"',
+                f"{_HOST_KEY_VAR}={token} {cls.binary}",
+            ),
+        )
 
     @property
     def codex_home(self) -> str:

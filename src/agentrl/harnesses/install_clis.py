@@ -1,5 +1,6 @@
-"""The agent CLIs on this host: ``agentrl install-clis`` installs the pinned versions, and
-:func:`find_cli_dir` finds an install for the local sandbox to bind.
+"""The agent CLIs on this host: :func:`install_clis` installs the pinned versions (the
+command ``agentrl install-clis``), and :func:`find_cli_dir` finds an install for the local
+sandbox to bind.
 
 An install directory (``--dest``) looks like this; the ``.installed`` stamp is written once
 npm has finished, so a second run skips every pin already there::
@@ -27,7 +28,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
-import click
 
 from agentrl import settings
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -40,6 +40,7 @@ from agentrl.tokenizers import default_cache_dir
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "GROUPS",
     "PINS",
     "CliPin",
     "PinnedCli",
@@ -48,7 +49,6 @@ __all__ = [
     "default_dest",
     "find_cli_dir",
     "install_clis",
-    "install_clis_command",
     "pinned_clis",
 ]
 
@@ -237,41 +237,6 @@ def install_clis(
         _link(link, cli.executable(root))
         links.append(link)
     return links
-
-
-@click.command("install-clis")
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False),
-    help="Install directory [default: $AGENTRL_CLI_DIR, else ~/.cache/agentrl/clis].",
-)
-@click.option(
-    "--only",
-    type=click.Choice(GROUPS),
-    multiple=True,
-    help="Install only this CLI (repeatable) [default: all].",
-)
-def install_clis_command(dest: str | None, only: tuple[str, ...]) -> None:
-    """Install the pinned agent CLIs (Claude Code, Codex) with npm, for the local sandbox.
-
-    Pins already installed are skipped, so a rerun takes well under a second. The
-    variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION and CODEX_VERSION override
-    the pinned versions.
-    """
-    target = pathlib.Path(dest) if dest else default_dest()
-
-    def report(message: str) -> None:
-        click.echo(f"install-clis: {message}", err=True)
-
-    try:
-        links = install_clis(target, pinned_clis(only), report=report)
-    except (HarnessError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
-    root = target.expanduser().resolve()
-    names = ", ".join(f"bin/{link.name}" for link in links)
-    report(f"ready in {root}: {names}")
-    if not any(c.resolve() == root for c in cli_dir_candidates() if c.exists()):
-        report(f"agentrl looks elsewhere by default: set AGENTRL_CLI_DIR={root} or pass --cli-dir")
 
 
 # -- find ----------------------------------------------------------------------------------
