@@ -27,6 +27,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.extras",
         "agentrl.plugin_options",
         "agentrl.settings",
+        "agentrl.version",
         "agentrl.retry",
     ),
     ("agentrl.trajectory", "agentrl.tokenizers"),

@@ -471,7 +471,7 @@ def _agentrl(*args: str, pythonpath: pathlib.Path) -> subprocess.CompletedProces
     """The installed `agentrl` console command with ``pythonpath`` (and these sources) first."""
     command = pathlib.Path(sys.executable).with_name("agentrl")
     assert command.exists(), f"{command} is missing: install agentrl (pip install -e .)"
-    src = pathlib.Path(plugins.__file__).resolve().parents[1]
+    src = pathlib.Path(plugins.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), str(src)])}
     env.pop("AGENTRL_DISABLE_PLUGINS", None)
     return subprocess.run(

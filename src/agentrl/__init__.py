@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from agentrl.version import __version__
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

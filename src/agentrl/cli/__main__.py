@@ -1,5 +1,5 @@
 """``python -m agentrl.cli``: the ``agentrl`` command."""
 
-from agentrl.cli.main import main
+from agentrl.cli.group import main
 
 main()

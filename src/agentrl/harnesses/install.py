@@ -24,22 +24,46 @@ import logging
 import os
 import pathlib
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.npm import npm_install_specs, package_bin, run_npm_install
 from agentrl.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from agentrl.harnesses.base import Harness
     from agentrl.sandboxes.base import Sandbox
 
-__all__ = ["host_install", "install_cli"]
+__all__ = ["InstallTarget", "host_install", "install_cli"]
 
 logger = logging.getLogger(__name__)
 
 
-async def install_cli(harness: Harness, sandbox: Sandbox) -> str:
+class InstallTarget(Protocol):
+    """What the installer needs of a harness (``agentrl.harnesses.base.Harness`` has it)."""
+
+    name: ClassVar[str]
+    binary: ClassVar[str]
+    npm_package: ClassVar[str]
+    cli_path: str | None
+    tarballs: tuple[str, ...]
+    node_tarball: str | None
+    npm_offline: bool
+    install_attempts: int
+    install_backoff: float
+    state_dir: str
+
+    @property
+    def launcher(self) -> str: ...
+
+    @property
+    def home(self) -> str: ...
+
+    def with_path(self, cmd: str) -> str: ...
+
+    async def _root(self, sandbox: Sandbox, cmd: str, *, timeout: float = 120) -> None: ...
+
+
+async def install_cli(harness: InstallTarget, sandbox: Sandbox) -> str:
     """Make ``harness``'s CLI runnable in ``sandbox``; returns the real path of its executable.
 
     The CLI is linked at ``harness.launcher`` and must answer ``--version`` there.
@@ -70,7 +94,7 @@ async def install_cli(harness: Harness, sandbox: Sandbox) -> str:
     return target
 
 
-async def _find_preinstalled(harness: Harness, sandbox: Sandbox) -> str:
+async def _find_preinstalled(harness: InstallTarget, sandbox: Sandbox) -> str:
     where = harness.cli_path or f"`{harness.binary}` on the sandbox PATH"
     script = (
         f'p={shlex.quote(harness.cli_path)}; [ -x "$p" ] && readlink -f "$p"'
@@ -88,7 +112,7 @@ async def _find_preinstalled(harness: Harness, sandbox: Sandbox) -> str:
     return path
 
 
-async def _install_node(harness: Harness, sandbox: Sandbox) -> None:
+async def _install_node(harness: InstallTarget, sandbox: Sandbox) -> None:
     has_node = await sandbox.exec(harness.with_path("command -v node"), user="root", timeout=30)
     if has_node.exit_code == 0:
         return
@@ -104,7 +128,7 @@ async def _install_node(harness: Harness, sandbox: Sandbox) -> None:
     )
 
 
-async def _npm_install(harness: Harness, sandbox: Sandbox) -> str:
+async def _npm_install(harness: InstallTarget, sandbox: Sandbox) -> str:
     specs = await asyncio.to_thread(npm_install_specs, harness.tarballs)
     remote = []
     await harness._root(sandbox, f"mkdir -p {shlex.quote(harness.state_dir)}/pkgs")
@@ -137,7 +161,7 @@ async def _npm_install(harness: Harness, sandbox: Sandbox) -> str:
     return await _find_in_prefix(harness, sandbox, prefix)
 
 
-async def _find_in_prefix(harness: Harness, sandbox: Sandbox, prefix: str) -> str:
+async def _find_in_prefix(harness: InstallTarget, sandbox: Sandbox, prefix: str) -> str:
     path = f"{prefix}/bin/{harness.binary}"
     found = await sandbox.exec(f"readlink -f {shlex.quote(path)}", user="root", timeout=30)
     target = found.stdout.strip()
@@ -150,7 +174,7 @@ async def _find_in_prefix(harness: Harness, sandbox: Sandbox, prefix: str) -> st
 
 
 def host_install(
-    harness_cls: type[Harness], install_dir: str | os.PathLike[str]
+    harness_cls: type[InstallTarget], install_dir: str | os.PathLike[str]
 ) -> tuple[dict[str, str], str]:
     """Read-only binds and ``cli_path`` for a host install a sandbox should run as is.
 

@@ -1,4 +1,4 @@
-"""The plugin manager: built-ins and third-party plugins, registered the same way.
+"""The plugin registry: one pluggy manager holding the built-ins and the entry points.
 
 Core code never calls ``pm.hook.*`` directly; it asks this module for typed things
 (``get_sandbox("local")``) and gets either the class or an error that lists the choices.
@@ -14,7 +14,7 @@ import importlib.metadata
 import logging
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import attrs
 import pluggy
@@ -22,15 +22,7 @@ import pluggy
 from agentrl import hookspecs, settings
 from agentrl.extras import install_hint
 
-if TYPE_CHECKING:
-    from agentrl.adapters.base import Adapter
-    from agentrl.engines.base import Engine
-    from agentrl.graders.base import Grader
-    from agentrl.harnesses.base import Harness
-    from agentrl.parsers.base import ReasoningParser, ToolCallParser
-    from agentrl.sandboxes.base import Sandbox
-
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("agentrl.plugins")
 
 ENTRY_POINT_GROUP = "agentrl"
 
@@ -433,75 +425,6 @@ class PluginRegistry:
     def hook(self) -> Any:
         return self.pm.hook
 
-
-_registry: PluginRegistry | None = None
-_registry_lock = threading.Lock()
-
-
-def get_registry() -> PluginRegistry:
-    """The process-wide registry, built on first use (never at import time)."""
-    global _registry
-    with _registry_lock:
-        if _registry is None:
-            _registry = PluginRegistry()
-        return _registry
-
-
-def reset_registry(registry: PluginRegistry | None = None) -> PluginRegistry | None:
-    """Replace (or drop, with ``None``) the process-wide registry and return the one it held.
-
-    For tests and embedders: ``previous = reset_registry(mine)`` … ``reset_registry(previous)``.
-    """
-    global _registry
-    with _registry_lock:
-        previous, _registry = _registry, registry
-    return previous
-
-
-def available(kind: str) -> list[str]:
-    return get_registry().available(kind)
-
-
-def get_engine(name: str) -> type[Engine]:
-    """The engine class registered as ``name`` (``NotAvailableError`` lists the choices)."""
-    return cast("type[Engine]", get_registry().get("engine", name))
-
-
-def get_adapter(name: str) -> type[Adapter]:
-    """The wire-protocol adapter class registered as ``name``."""
-    return cast("type[Adapter]", get_registry().get("adapter", name))
-
-
-def get_sandbox(name: str) -> type[Sandbox]:
-    """The sandbox backend class registered as ``name``."""
-    return cast("type[Sandbox]", get_registry().get("sandbox", name))
-
-
-def get_harness(name: str) -> type[Harness]:
-    """The agent harness class registered as ``name``."""
-    return cast("type[Harness]", get_registry().get("harness", name))
-
-
-def get_grader(name: str) -> type[Grader]:
-    """The grader class registered as ``name``."""
-    return cast("type[Grader]", get_registry().get("grader", name))
-
-
-def get_graders() -> list[type[Grader]]:
-    """Every registered grader class, plugins' before the built-ins (the order hooks run in)."""
-    return cast("list[type[Grader]]", get_registry().registered("grader"))
-
-
-def get_tool_parser(name: str) -> type[ToolCallParser]:
-    """The tool-call parser class registered as ``name``."""
-    return cast("type[ToolCallParser]", get_registry().get("tool_parser", name))
-
-
-def get_reasoning_parser(name: str) -> type[ReasoningParser]:
-    """The reasoning parser class registered as ``name``."""
-    return cast("type[ReasoningParser]", get_registry().get("reasoning_parser", name))
-
-
-def notify(hook_name: str, event: Any) -> None:
-    """Send an event to every observer of a hook; see :meth:`PluginRegistry.notify`."""
-    get_registry().notify(hook_name, event)
+    def add_commands(self, cli: Any) -> None:
+        """Let every plugin add its commands to the click group ``cli`` (``register_commands``)."""
+        self.pm.hook.register_commands(cli=cli)

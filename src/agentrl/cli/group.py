@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from agentrl import __version__
 from agentrl.plugins import PluginError, PluginRegistry, get_registry
+from agentrl.version import __version__
 
 
 class PluginCommandGroup(click.Group):
@@ -33,7 +33,7 @@ class PluginCommandGroup(click.Group):
         if registry is self._loaded_from:
             return
         self._loaded_from = registry  # first: a hook that looks a command up does not recurse
-        registry.hook.register_commands(cli=self)
+        registry.add_commands(self)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self.load_plugin_commands()
