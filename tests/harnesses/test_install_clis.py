@@ -28,7 +28,7 @@ from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.sandboxes.local import LocalSandbox
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 CLI_DIR = pathlib.Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
 NPM_FLAGS = [
     "--no-save",

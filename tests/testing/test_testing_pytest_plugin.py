@@ -18,7 +18,7 @@ from pathlib import Path
 import agentrl
 from agentrl.testing import pytest_plugin
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 SOURCE = Path(agentrl.__file__).resolve().parents[1]
 
 #: One test per shipped fixture, each using it through its real protocol.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import anthropic
 import openai
 import pytest
+from middleware_support import started_middleware
 
 from agentrl.adapters.middleware import Middleware
 from agentrl.tokenizers import QWEN3_CHAT_TEMPLATE
-from middleware_support import started_middleware
 
 pytest_plugins = ("middleware_fixtures",)
 

@@ -20,7 +20,7 @@ from agentrl.graders.tasks import TaskRow
 from agentrl.rollout.stack import Stack, StackOptions
 from agentrl.types import Grade, Task
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
 
 

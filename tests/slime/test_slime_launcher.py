@@ -16,7 +16,7 @@ import sys
 import pytest
 
 LAUNCHER = (
-    pathlib.Path(__file__).resolve().parents[1] / "examples" / "slime" / "run_coding_agent.sh"
+    pathlib.Path(__file__).resolve().parents[2] / "examples" / "slime" / "run_coding_agent.sh"
 )
 
 RECORDER = """#!/bin/sh

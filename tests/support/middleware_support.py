@@ -16,7 +16,7 @@ import pytest
 from agentrl.testing.stack import builtin_adapters as all_adapters  # noqa: F401
 from agentrl.testing.stack import started_middleware  # noqa: F401
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "clients"
 #: The stub answered with paths under /tmp/clients/runs/<scenario> (or /workspace/runs/);
 #: the captured requests replay them as /workspace/<scenario>.

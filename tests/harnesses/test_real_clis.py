@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from middleware_support import REPO_ROOT
 
 pytest_plugins = ("middleware_fixtures",)

@@ -12,9 +12,6 @@ import json
 from collections import Counter
 
 import pytest
-
-from agentrl.adapters import anthropic, openai_chat, openai_responses
-from agentrl.adapters.rendering import IncrementalRenderer
 from middleware_support import (
     PATH_REWRITES,
     PROTOCOL_OF_PATH,
@@ -26,6 +23,9 @@ from middleware_support import (
     scenario_id,
     stub_reply,
 )
+
+from agentrl.adapters import anthropic, openai_chat, openai_responses
+from agentrl.adapters.rendering import IncrementalRenderer
 
 pytest_plugins = ("middleware_fixtures",)
 

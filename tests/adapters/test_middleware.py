@@ -8,12 +8,12 @@ import json
 
 import aiohttp
 import pytest
+from middleware_support import anthropic_message, parse_sse, responses_object
 
 from agentrl import hookimpl
 from agentrl.adapters.middleware import Middleware
 from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.types import TurnFact, TurnRecordedEvent
-from middleware_support import anthropic_message, parse_sse, responses_object
 
 pytest_plugins = ("middleware_fixtures",)
 

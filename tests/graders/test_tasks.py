@@ -24,7 +24,7 @@ from agentrl.graders.tasks import (
 from agentrl.plugins import NotAvailableError
 from agentrl.types import Grade, Task
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
 PROTOCOL_VARS = (
     "AGENTRL_TRAIN_GRADER",

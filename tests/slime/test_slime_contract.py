@@ -3,7 +3,7 @@
 Each case runs the real entry point the way slime's rollout manager calls it
 (``await generate(args, sample, sampling_params, evaluation=...)`` from its own event
 loop) with a stand-in ``Sample`` written from slime's contract, then pushes the outputs
-through the checks slime applies (``tests/slime_stub/checks.py``). What runs for real: the
+through the checks slime applies (``tests/support/slime_stub/checks.py``). What runs for real: the
 Claude Code CLI, the bubblewrap sandbox, the middleware, the SGLang client, the Qwen3
 tokenizer and the scaleswe grader. The one test double is the scripted SGLang server
 (``agentrl.testing.scripted_engine``), which speaks SGLang's HTTP protocol; its replies
@@ -21,17 +21,17 @@ import tempfile
 import types
 
 import pytest
+from slime_stub import checks
+from slime_stub.rollout_state import install_generate_state
+from slime_stub.sample import Sample
 
 import agentrl.slime as slime_mod
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.slime.samples import task_row
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
-from slime_stub import checks
-from slime_stub.rollout_state import install_generate_state
-from slime_stub.sample import Sample
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASKS = REPO_ROOT / "examples" / "tasks"
 CLI_DIR = pathlib.Path(os.environ.get("AGENTRL_CLI_DIR", REPO_ROOT / ".cache" / "clis"))
 

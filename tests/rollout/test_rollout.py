@@ -11,11 +11,21 @@ the Qwen3 tokenizer and chat template, bubblewrap, the CLIs from npm
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from pathlib import Path
 
 import pytest
+from rollout_support import (
+    BUGGY,
+    CLI_DIR,
+    CORE,
+    DONE,
+    FIXED,
+    RUN_TESTS,
+    SANDBOX_PORT,
+    claude_solution,
+    codex_solution,
+    tool_call,
+)
 
 from agentrl import plugins
 from agentrl.adapters.middleware import Middleware
@@ -28,70 +38,8 @@ from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.types import Outcome, Task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
-CLI_DIR = Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
-#: The port the middleware's unix socket is relayed to inside each sandbox.
-SANDBOX_PORT = 18001
-CORE = "/workspace/textstats/core.py"
-BUGGY = (
-    '    for token in text.split(" "):\n'
-    "        token = token.strip(_PUNCTUATION).lower()\n"
-    "        result.append(token)"
-)
-FIXED = (
-    "    for token in text.split():\n"
-    "        token = token.strip(_PUNCTUATION).lower()\n"
-    "        if token:\n"
-    "            result.append(token)"
-)
-CODEX_PATCH = (
-    "*** Begin Patch\n"
-    "*** Update File: textstats/core.py\n"
-    "@@\n"
-    '-    for token in text.split(" "):\n'
-    "+    for token in text.split():\n"
-    "         token = token.strip(_PUNCTUATION).lower()\n"
-    "-        result.append(token)\n"
-    "+        if token:\n"
-    "+            result.append(token)\n"
-    "*** End Patch"
-)
-RUN_TESTS = "python -m pytest -q -p no:cacheprovider tests"
-DONE = "The whitespace handling in `words` is fixed and the tests pass."
-
-
-def tool_call(name: str, **arguments: object) -> str:
-    """One tool call in the ``hermes`` format, exactly as Qwen3's chat template renders it."""
-    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{call}\n</tool_call>"
-
-
-def claude_solution() -> list[str]:
-    """Read the file, fix it with Edit, run the tests with Bash, finish.
-
-    The arguments are written the way Claude Code replays them (it adds ``replace_all``
-    first to an Edit and drops a leading ``cd`` to its cwd from a Bash command), so the
-    replayed history renders to exactly the sampled tokens and every turn trains.
-    """
-    return [
-        "Let me look at how words are split.\n" + tool_call("Read", file_path=CORE),
-        tool_call("Edit", replace_all=False, file_path=CORE, old_string=BUGGY, new_string=FIXED),
-        tool_call("Bash", command=RUN_TESTS, description="Run the tests"),
-        DONE,
-    ]
-
-
-def codex_solution() -> list[str]:
-    """Read with exec_command, fix with apply_patch (through exec_command), test, finish."""
-    return [
-        tool_call("exec_command", cmd="cat textstats/core.py", workdir="/workspace"),
-        tool_call(
-            "exec_command", cmd=f"apply_patch <<'EOF'\n{CODEX_PATCH}\nEOF", workdir="/workspace"
-        ),
-        tool_call("exec_command", cmd=RUN_TESTS, workdir="/workspace"),
-        DONE,
-    ]
 
 
 @pytest.fixture(scope="module")

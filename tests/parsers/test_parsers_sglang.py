@@ -1,7 +1,7 @@
 """Differential tests: the built-in parsers agree with SGLang's on well-formed output.
 
 Opt-in (marker ``sglang``, deselected by default): run with ``make test-sglang`` or
-``python -m pytest -m sglang tests/test_parsers_sglang.py`` after ``pip install sglang``.
+``python -m pytest -m sglang tests/parsers/test_parsers_sglang.py`` after ``pip install sglang``.
 Malformed output is out of scope here: there the built-ins deliberately keep the text
 visible and flag ``ill_formed``, where SGLang logs and drops.
 """

@@ -33,7 +33,7 @@ from agentrl.plugins import get_harness
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import Task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLI_DIR = Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
 
 FAKE_CLI = r"""#!/usr/bin/env node

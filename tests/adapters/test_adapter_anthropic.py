@@ -6,6 +6,7 @@ import functools
 import json
 
 import pytest
+from middleware_support import FIXTURES, assistant_turn
 
 from agentrl.adapters.anthropic import (
     AnthropicAdapter,
@@ -15,7 +16,6 @@ from agentrl.adapters.anthropic import (
 )
 from agentrl.adapters.base import ProtocolError
 from agentrl.parsers.base import ToolCall
-from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = AnthropicAdapter()
 turn = functools.partial(assistant_turn, 3)

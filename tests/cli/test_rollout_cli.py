@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from rollout_support import CLI_DIR, DONE, FakeResult, FakeSample, claude_solution, codex_solution
+from rollout_support import fake_tasks as _tasks
 
 from agentrl.cli.rollout import find_cli_dir, run_with_progress
 from agentrl.rollout.runner import Runner
 from agentrl.types import Outcome
-from test_rollout import CLI_DIR, DONE, claude_solution, codex_solution
-from test_runner import FakeResult, FakeSample, _tasks
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
 
 

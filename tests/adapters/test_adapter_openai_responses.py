@@ -6,11 +6,11 @@ import functools
 import json
 
 import pytest
+from middleware_support import FIXTURES, assistant_turn
 
 from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.openai_responses import OpenAIResponsesAdapter, ToolTable, translate_input
 from agentrl.parsers.base import ToolCall
-from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIResponsesAdapter()
 turn = functools.partial(assistant_turn, 1)

@@ -12,6 +12,9 @@ import sys
 import types
 
 import pytest
+from slime_stub import checks
+from slime_stub.rollout_state import install_generate_state
+from slime_stub.sample import Sample
 
 import agentrl.slime as slime_mod
 from agentrl.slime.config import SlimeConfig, SlimeConfigError
@@ -27,9 +30,6 @@ from agentrl.slime.samples import (
 from agentrl.slime.service import ServiceSettings
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome
-from slime_stub import checks
-from slime_stub.rollout_state import install_generate_state
-from slime_stub.sample import Sample
 
 # -- signature and import ------------------------------------------------------------------
 
@@ -571,7 +571,7 @@ def test_env_vars_are_documented():
     """Every environment variable the integration reads is in docs/slime.md."""
     import pathlib
 
-    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "slime.md").read_text()
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "slime.md").read_text()
     missing = [
         name for var in slime_mod.ENV_VARS for name in (var.name, *var.aliases) if name not in docs
     ]

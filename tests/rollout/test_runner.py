@@ -7,54 +7,12 @@ import json
 import pathlib
 import threading
 
-import attrs
 import pytest
+from rollout_support import FakeResult, FakeSample
+from rollout_support import fake_tasks as _tasks
 
 from agentrl.rollout.runner import Runner, rollout_key
-from agentrl.trajectory import TrainingSample
 from agentrl.types import Outcome, Task
-
-
-def FakeSample(reward: float = 1.0) -> TrainingSample:
-    """A small real training sample: two prompt tokens, two trained response tokens."""
-    return TrainingSample(
-        tokens=(1, 2, 3, 4),
-        prompt_length=2,
-        response_length=2,
-        loss_mask=(1, 1),
-        rollout_logprobs=(-0.5, -0.25),
-        reward=reward,
-        metadata={"turns": (1,)},
-    )
-
-
-@attrs.frozen
-class FakeResult:
-    """Stands in for agentrl.rollout.RolloutResult (same attribute names)."""
-
-    instance_id: str
-    outcome: Outcome
-    reward: float
-    samples: tuple
-    diff: str = "diff --git a/x b/x\n"
-    agent_log: str = '{"type":"result"}\n'
-    turns: int = 2
-    sampled_tokens: int = 4
-    timings: dict = attrs.Factory(lambda: {"agent": 1.5, "grade": 0.5})
-
-    @property
-    def remove_sample(self) -> bool:
-        return not self.outcome.trainable
-
-    def to_dict(self) -> dict:
-        data = attrs.asdict(self, recurse=False)
-        data.pop("samples")
-        data["outcome"] = self.outcome
-        return data
-
-
-def _tasks(n: int) -> list[Task]:
-    return [Task(instance_id=f"task-{i}", problem_statement="fix it") for i in range(n)]
 
 
 def _read(path):

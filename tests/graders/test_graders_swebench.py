@@ -17,7 +17,7 @@ from agentrl.graders.swebench import SWEBenchGrader, eval_report, load_make_test
 from agentrl.graders.tasks import gold_patch, load_tasks
 from agentrl.types import Task
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
 
 

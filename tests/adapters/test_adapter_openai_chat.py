@@ -6,11 +6,11 @@ import functools
 import json
 
 import pytest
+from middleware_support import FIXTURES, assistant_turn
 
 from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.openai_chat import OpenAIChatAdapter, translate_assistant
 from agentrl.parsers.base import ToolCall
-from middleware_support import FIXTURES, assistant_turn
 
 ADAPTER = OpenAIChatAdapter()
 turn = functools.partial(assistant_turn, 2)

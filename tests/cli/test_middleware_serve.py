@@ -13,6 +13,7 @@ import types
 import aiohttp
 import pytest
 from click.testing import CliRunner
+from middleware_support import env_without_module
 
 from agentrl import plugins
 from agentrl.cli import cli
@@ -22,7 +23,6 @@ from agentrl.engines.sglang import SGLangEngine
 from agentrl.harnesses.base import ClientSetup
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.hookspecs import hookimpl
-from middleware_support import env_without_module
 
 pytest_plugins = ("middleware_fixtures",)
 
