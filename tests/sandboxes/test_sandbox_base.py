@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import pytest
 
-from agentrl.sandboxes import base
 from agentrl.sandboxes import exec as exec_module
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
@@ -234,13 +233,13 @@ async def test_cancelled_wait_kills_the_command(local):
 
 async def test_launch_refuses_to_start_twice_for_one_tag(local):
     """Re-sending the same launch script does not start the command a second time."""
-    script = base._launch_script("/tmp/.agentrl-exec/fixed-tag", "echo ran >> /tmp/count")
+    script = exec_module._launch_script("/tmp/.agentrl-exec/fixed-tag", "echo ran >> /tmp/count")
     first = await local.exec(script, idempotent=False)
     second = await local.exec(script, idempotent=False)
     await asyncio.sleep(0.3)
     count = await local.exec("cat /tmp/count")
     assert first.exit_code == 0
-    assert second.exit_code == base._EXIT_ALREADY_LAUNCHED
+    assert second.exit_code == exec_module._EXIT_ALREADY_LAUNCHED
     assert "already ran" in second.stderr
     assert count.stdout == "ran\n"
 

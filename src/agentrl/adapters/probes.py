@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from agentrl.adapters.base import Adapter, ProtocolError, generic_error_body
-from agentrl.engines.base import EngineError
+from agentrl.engines.base import Engine, EngineError
 
 __all__ = [
     "alive",
@@ -29,7 +29,7 @@ async def alive(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-async def engine_problem(engine: Any) -> str | None:
+async def engine_problem(engine: Engine) -> str | None:
     """Why ``engine`` cannot serve now (its ``health()`` check), or None when it can."""
     check = getattr(engine, "health", None)
     if check is None:

@@ -34,11 +34,14 @@ import bisect
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl.trajectory import common_prefix_length
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["IncrementalRenderer", "RenderError", "RenderStats", "RenderedPrompt", "render_full"]
 
@@ -72,7 +75,7 @@ class RenderStats:
 
 
 def _render_text(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
     chat_template: str | None,
@@ -102,7 +105,7 @@ def _render_text(
 
 
 def render_full(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template: str | None = None,
@@ -116,7 +119,7 @@ def render_full(
 _boundary_cache: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
 
-def _boundary_ids(tokenizer: Any) -> frozenset[int]:
+def _boundary_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """Ids of added tokens after which a text can be split without changing its tokens."""
     try:
         return _boundary_cache[tokenizer]
@@ -157,7 +160,7 @@ class IncrementalRenderer:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         chat_template: str | None = None,

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,6 +23,9 @@ from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.trajectory import common_prefix_length, message_key
 from agentrl.types import TurnFact
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "CLOSED_TOKENS_KEPT",
@@ -156,7 +159,7 @@ class Session:
 
     def chain_for(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any] | None,

@@ -134,7 +134,7 @@ class ParsedOutput:
 def parse_generation(
     generation: Generation,
     *,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     stop_ids: Collection[int],
     tools: Sequence[dict[str, Any]] | None,
     tool_parser: ToolCallParser | None,

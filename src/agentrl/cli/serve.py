@@ -28,6 +28,8 @@ import click
 from agentrl.harnesses.base import ClientSetup
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from agentrl.adapters.middleware import Middleware
     from agentrl.engines.base import Engine
 
@@ -101,8 +103,8 @@ def build_engine(name: str, url: str | None, model: str | None) -> Engine:
 
 async def run_server(
     *,
-    engine: Any,
-    tokenizer: Any,
+    engine: Engine,
+    tokenizer: PreTrainedTokenizerBase,
     host: str,
     port: int,
     unix_path: str | None,

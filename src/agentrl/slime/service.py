@@ -24,12 +24,15 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl.slime.config import SlimeConfig, SlimeConfigError
 from agentrl.types import TurnFact
+
+if TYPE_CHECKING:
+    from agentrl.rollout.run import RolloutResult
 
 __all__ = ["RolloutOutput", "Service", "ServiceSettings", "get_service", "shutdown_service"]
 
@@ -104,7 +107,7 @@ class RolloutOutput:
     """What one rollout hands back to slime's loop: a result or why there is none."""
 
     instance_id: str
-    result: Any = None
+    result: RolloutResult | None = None
     responses: tuple[str, ...] = ()
     abort_reason: str | None = None
     error: str | None = None
