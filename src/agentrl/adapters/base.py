@@ -5,9 +5,12 @@ messages, tool schemas, the client's sampling hints) and turns an :class:`Assist
 (what the engine sampled, parsed) into its protocol's reply, JSON or SSE. Everything else
 — sessions, rendering, the engine call, recording — is the middleware's.
 
-The assistant message recorded in the trajectory is always the adapter's own translation
-of the wire reply it sent (the second value :meth:`Adapter.respond` returns), so the
-client's verbatim replay of that reply on the next turn translates to an equal message.
+The assistant message recorded in the trajectory is the adapter's own translation of the
+wire reply it sent (the second value :meth:`Adapter.respond` returns), so the client's
+verbatim replay of that reply on the next turn translates to the same message; the
+middleware then puts back the text and reasoning exactly as sampled
+(:mod:`agentrl.adapters.sampled`), which the reply may show trimmed, and restores a
+replay that differs from it only so.
 Helpers for writing an adapter (field checks, content parts, SSE) are in
 :mod:`agentrl.adapters.wire`.
 """
@@ -96,6 +99,9 @@ class AssistantTurn:
     returns a fresh wire id that encodes this turn (``kind`` is ``tool``, ``call``,
     ``item``, ``message``), ``seal(kind, payload)`` an opaque token (thinking signature,
     reasoning ``encrypted_content``) that the middleware can map back to this turn.
+    ``text`` and ``reasoning`` are trimmed for the client; ``sampled_text`` and
+    ``sampled_reasoning`` are what the recorded message keeps (whitespace as sampled, an
+    empty reasoning block as its newlines), None where they are the same.
     """
 
     turn_index: int
@@ -108,6 +114,8 @@ class AssistantTurn:
     ill_formed: bool = False
     mint: Callable[[str, int], str] | None = None
     seal: Callable[[str, str | None], str] | None = None
+    sampled_text: str | None = None
+    sampled_reasoning: str | None = None
 
 
 class Adapter:

@@ -12,6 +12,7 @@ what it appended).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,8 @@ __all__ = [
     "Chain",
     "Session",
     "SessionTable",
+    "exact_key",
+    "loose_key",
     "new_token",
 ]
 
@@ -47,6 +50,21 @@ MAX_CHAINS = 8
 #: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
 #: so a long-running middleware does not keep every token it ever issued.
 CLOSED_TOKENS_KEPT = 65_536
+
+
+def exact_key(message: Mapping[str, Any]) -> str:
+    """A message's text, key order included: equal keys render alike under a chat template."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=repr)
+
+
+def _stripped(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def loose_key(message: Mapping[str, Any]) -> str:
+    """A message as a client may replay it: text trimmed, no reasoning, any key order."""
+    loose = {k: _stripped(v) for k, v in message.items() if k != "reasoning_content"}
+    return message_key(loose)
 
 
 def new_token() -> str:
@@ -87,8 +105,8 @@ class Session:
     minted: dict[str, int] = attrs.field(factory=dict)
     #: turn index -> the assistant message recorded for it (what the policy really said).
     responses: dict[int, dict[str, Any]] = attrs.field(factory=dict)
-    #: a recorded message with reasoning, keyed as it reads without it -> those turns.
-    _without_reasoning: dict[str, set[int]] = attrs.field(factory=dict)
+    #: recorded messages by :func:`loose_key` (as a client may replay them) -> those turns.
+    _by_loose_key: dict[str, set[int]] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
     chains: list[Chain] = attrs.field(factory=list)
     _clock: int = 0
@@ -100,17 +118,28 @@ class Session:
     def record_response(self, turn_index: int, message: dict[str, Any]) -> None:
         """Keep turn ``turn_index``'s recorded assistant message for restoring replays."""
         self.responses[turn_index] = message
-        if message.get("reasoning_content"):
-            visible = {k: v for k, v in message.items() if k != "reasoning_content"}
-            self._without_reasoning.setdefault(message_key(visible), set()).add(turn_index)
+        self._by_loose_key.setdefault(loose_key(message), set()).add(turn_index)
 
-    def _hidden_reasoning_turn(self, message: Mapping[str, Any]) -> int | None:
-        """The one turn whose recorded message is ``message`` plus reasoning the client never saw."""
-        if message.get("role") != "assistant" or message.get("reasoning_content"):
+    def _replayed_turn(self, message: Mapping[str, Any]) -> int | None:
+        """The one turn whose recorded message ``message`` is, up to whitespace and key order.
+
+        ``message`` may lack the recorded reasoning (the client never saw it, or dropped it);
+        reasoning it does carry must match. None when no turn, or turns recorded differently,
+        match.
+        """
+        if message.get("role") != "assistant":
             return None
-        visible = {k: v for k, v in message.items() if k != "reasoning_content"}
-        turns = self._without_reasoning.get(message_key(visible), set())
-        recorded = {message_key(self.responses[t]) for t in turns}
+        turns = self._by_loose_key.get(loose_key(message))
+        if not turns:
+            return None
+        reasoning = _stripped(message.get("reasoning_content"))
+        if reasoning:
+            turns = {
+                t
+                for t in turns
+                if _stripped(self.responses[t].get("reasoning_content")) == reasoning
+            }
+        recorded = {exact_key(self.responses[t]) for t in turns}
         return min(turns) if len(recorded) == 1 else None
 
     def restore_replays(
@@ -119,22 +148,24 @@ class Session:
         """``messages`` with each replayed assistant message put back as it was recorded.
 
         Clients rewrite what they replay (Claude Code adds default tool inputs such as
-        ``replace_all`` and trims a leading ``cd <cwd> &&`` from commands). The policy's
-        context should hold what it really produced, so a message whose replayed wire ids
-        all name one of this session's turns is replaced by that turn's recorded message.
-        A message with no such id that reads exactly like one turn's recorded message minus
-        its reasoning (a reply whose thinking the client did not ask to see, or dropped)
-        is restored too. Returns the messages and the indices that were restored.
+        ``replace_all``, trims a leading ``cd <cwd> &&`` from commands and puts tool inputs
+        in schema order; every client gets the text trimmed). The policy's context should
+        hold what it really produced, so a message whose replayed wire ids all name one of
+        this session's turns is replaced by that turn's recorded message. A message with no
+        such id that reads like one turn's recorded message up to whitespace, key order and
+        reasoning the client never saw is restored too. Messages are compared key order
+        included (the template renders keys in the order given). Returns the messages and
+        the indices that were restored.
         """
         turns_at: dict[int, set[int]] = {}
         for index, wire_id in replayed:
             turn = self.minted.get(wire_id)
             if turn is not None:
                 turns_at.setdefault(index, set()).add(turn)
-        if self._without_reasoning:
+        if self._by_loose_key:
             for index, message in enumerate(messages):
                 if index not in turns_at:
-                    turn = self._hidden_reasoning_turn(message)
+                    turn = self._replayed_turn(message)
                     if turn is not None:
                         turns_at[index] = {turn}
         restored = list(messages)
@@ -143,7 +174,7 @@ class Session:
             if len(turns) != 1 or restored[index].get("role") != "assistant":
                 continue
             recorded = self.responses.get(next(iter(turns)))
-            if recorded is not None and restored[index] != recorded:
+            if recorded is not None and exact_key(restored[index]) != exact_key(recorded):
                 restored[index] = recorded
                 changed.append(index)
         return restored, changed

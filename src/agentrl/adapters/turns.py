@@ -29,6 +29,7 @@ import attrs
 from agentrl import plugins
 from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
 from agentrl.adapters.rendering import IncrementalRenderer, RenderedPrompt, RenderError
+from agentrl.adapters.sampled import keep_sampled, sampled_content, sampled_reasoning
 from agentrl.adapters.sessions import Chain, Session, new_token
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
@@ -123,12 +124,19 @@ def sampling_params(
 
 @attrs.frozen(kw_only=True)
 class ParsedOutput:
-    """One generation's text, reasoning and tool calls, and whether a call was malformed."""
+    """One generation's text, reasoning and tool calls, and whether a call was malformed.
+
+    ``text`` and ``reasoning`` are trimmed (what a client is sent); ``sampled_text`` and
+    ``sampled_reasoning`` are what the recorded message keeps
+    (:func:`~agentrl.adapters.sampled.sampled_content`).
+    """
 
     text: str
     reasoning: str | None
     tool_calls: tuple[ToolCall, ...]
     ill_formed: bool
+    sampled_text: str | None = None
+    sampled_reasoning: str | None = None
 
 
 def parse_generation(
@@ -146,7 +154,8 @@ def parse_generation(
     while ids and ids[-1] in stop_ids:
         ids.pop()
     text = tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
-    reasoning = None
+    reasoning = kept_reasoning = None
+    sampled, after_reasoning = text, False
     if reasoning_parser is not None:
         in_reasoning = None
         if hasattr(reasoning_parser, "prompt_opens_reasoning") and prompt_tail:
@@ -154,6 +163,8 @@ def parse_generation(
         split = reasoning_parser.parse(text, in_reasoning=in_reasoning or None)
         if split.has_reasoning:
             reasoning = split.reasoning
+            kept_reasoning = sampled_reasoning(_first(split.sampled_reasoning, split.reasoning))
+            sampled, after_reasoning = _first(split.sampled_content, split.content), True
         text = split.content
     calls: tuple[ToolCall, ...] = ()
     ill_formed = False
@@ -162,9 +173,21 @@ def parse_generation(
         text = result.normal_text
         calls = tuple(result.calls)
         ill_formed = bool(result.ill_formed)
+    text = text.strip()
     return ParsedOutput(
-        text=text.strip(), reasoning=reasoning, tool_calls=calls, ill_formed=ill_formed
+        text=text,
+        reasoning=reasoning,
+        tool_calls=calls,
+        ill_formed=ill_formed,
+        sampled_text=sampled_content(
+            sampled, tool_calls=calls, trimmed=text, after_reasoning=after_reasoning
+        ),
+        sampled_reasoning=kept_reasoning,
     )
+
+
+def _first(value: str | None, default: str) -> str:
+    return default if value is None else value
 
 
 def _timings() -> collections.deque[TurnTiming]:
@@ -333,6 +356,8 @@ class Turn:
             ill_formed=parsed.ill_formed,
             mint=lambda kind, i: session.remember(mint_id(kind, index, i), index),
             seal=lambda kind, text: session.remember(seal(kind, index, text), index),
+            sampled_text=parsed.sampled_text,
+            sampled_reasoning=parsed.sampled_reasoning,
         )
 
     async def reply(
@@ -353,7 +378,8 @@ class Turn:
                 exc,
             )
             raise
-        return response, recorded
+        # The client may have been sent trimmed text; the record keeps what was sampled.
+        return response, keep_sampled(recorded, turn)
 
     def record(
         self,

@@ -10,7 +10,8 @@ Public API::
         parse(text: str, *, tools: Sequence[Mapping] | None = None) -> ToolCallResult
         has_tool_call(text: str) -> bool
 
-    ReasoningResult(reasoning: str, content: str, reasoning_closed: bool, has_reasoning: bool)
+    ReasoningResult(reasoning: str, content: str, reasoning_closed: bool, has_reasoning: bool,
+                    sampled_reasoning: str | None = None, sampled_content: str | None = None)
     ReasoningParser(*, in_reasoning: bool | None = None)      # abstract; class attrs
         name: str; parser_type = "reasoning"; start_token: str; end_token: str
         parse(text: str, *, in_reasoning: bool | None = None) -> ReasoningResult
@@ -79,12 +80,17 @@ class ReasoningResult:
 
     ``reasoning_closed`` is False when the output ended inside the reasoning block (e.g.
     truncated by ``max_new_tokens``); ``has_reasoning`` is True when a block was present.
+    ``reasoning`` and ``content`` may be trimmed; ``sampled_reasoning`` and
+    ``sampled_content`` are the same split with every character kept as sampled (the text
+    between the tags, the text outside them), None where a parser does not say.
     """
 
     reasoning: str
     content: str
     reasoning_closed: bool = True
     has_reasoning: bool = False
+    sampled_reasoning: str | None = None
+    sampled_content: str | None = None
 
 
 def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any]:

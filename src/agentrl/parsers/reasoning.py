@@ -15,7 +15,9 @@ Public API::
   text is at hand.
 
 Reasoning is returned with surrounding whitespace stripped, and so is the content after
-``</think>`` (the Qwen3 template writes ``<think>\\n…\\n</think>\\n\\n``). An output cut off
+``</think>`` (the Qwen3 template writes ``<think>\\n…\\n</think>\\n\\n``);
+``sampled_reasoning`` / ``sampled_content`` keep every character as sampled (the text
+between the tags, and the text outside them), for recording what the policy produced. An output cut off
 inside the block gives ``reasoning_closed=False`` and empty content, except that for
 ``qwen3`` a ``<tool_call>`` inside an unclosed block ends the reasoning there (Qwen3.5
 sometimes skips ``</think>`` before calling a tool). Output without reasoning comes back
@@ -68,24 +70,22 @@ class ThinkTagReasoningParser(ReasoningParser):
             if implicit:
                 # The model went straight from reasoning to a tool call without </think>.
                 cut = min(implicit)
-                return ReasoningResult(
-                    reasoning=body[:cut].strip(),
-                    content=_join(prefix, body[cut:].strip()),
-                    reasoning_closed=True,
-                    has_reasoning=True,
-                )
-            return ReasoningResult(
-                reasoning=body.strip(),
-                content=prefix.strip(),
-                reasoning_closed=False,
-                has_reasoning=True,
-            )
-        return ReasoningResult(
-            reasoning=body[:close].strip(),
-            content=_join(prefix, body[close + len(end) :].strip()),
-            reasoning_closed=True,
-            has_reasoning=True,
-        )
+                return _split(prefix, body[:cut], body[cut:], closed=True)
+            return _split(prefix, body, "", closed=False)
+        return _split(prefix, body[:close], body[close + len(end) :], closed=True)
+
+
+def _split(prefix: str, reasoning: str, after: str, *, closed: bool) -> ReasoningResult:
+    """The result for a block ``reasoning`` between ``prefix`` and ``after`` (both as sampled)."""
+    content = _join(prefix, after.strip()) if closed else prefix.strip()
+    return ReasoningResult(
+        reasoning=reasoning.strip(),
+        content=content,
+        reasoning_closed=closed,
+        has_reasoning=True,
+        sampled_reasoning=reasoning,
+        sampled_content=prefix + after,
+    )
 
 
 class Qwen3ReasoningParser(ThinkTagReasoningParser):
