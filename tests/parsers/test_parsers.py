@@ -279,6 +279,21 @@ def test_qwen3_reasoning_with_think_block():
     assert result.has_reasoning and result.reasoning_closed
 
 
+def test_reasoning_split_as_sampled_keeps_every_character():
+    """``sampled_reasoning`` / ``sampled_content`` are the split with nothing trimmed."""
+    cases = {
+        "<think>\n  plan  \n</think>\n\n  Answer.  ": ("\n  plan  \n", "\n\n  Answer.  "),
+        "<think>\n\n</think>\n\nHi": ("\n\n", "\n\nHi"),
+        "plan\n</think>\n\nHi": ("plan\n", "\n\nHi"),
+        "<think>\nplan <tool_call>x": ("\nplan ", "<tool_call>x"),
+        "<think>\ncut off ": ("\ncut off ", ""),
+    }
+    for text, sampled in cases.items():
+        result = Qwen3ReasoningParser().parse(text)
+        assert (result.sampled_reasoning, result.sampled_content) == sampled, text
+        assert result.reasoning == sampled[0].strip()
+
+
 def test_qwen3_without_reasoning_returns_text_unchanged():
     """No think tags (enable_thinking=False) means all content, untouched."""
     result = Qwen3ReasoningParser().parse("Just text\n")
