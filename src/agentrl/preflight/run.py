@@ -169,7 +169,7 @@ class _Driver:
             DrivenTurn(
                 index=index,
                 conversation=number,
-                agent="sub-agent" if subagent else "main",
+                agent="sub" if subagent else "main",
                 model_turn=model_turn,
                 expected_calls=expected,
                 reply=reply,
