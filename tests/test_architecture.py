@@ -49,7 +49,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentrl.engines", "agentrl.parsers"),
     ("agentrl.adapters", "agentrl.sandboxes"),
     ("agentrl.harnesses", "agentrl.graders"),
-    ("agentrl.rollout",),
+    ("agentrl.rollout", "agentrl.preflight"),
     ("agentrl.slime", "agentrl.cli"),
     ("agentrl.testing",),
     ("agentrl",),

@@ -91,6 +91,7 @@ BUILTIN_COMMANDS = [
     "examples",
     "install-clis",
     "plugins",
+    "preflight",
     "rollout",
     "serve",
 ]

@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 @hookimpl(trylast=True)
 def register_commands(cli: click.Group) -> None:
-    """Add plugins, rollout, serve, demo, examples, check-tasks and install-clis."""
+    """Add plugins, rollout, serve, demo, examples, check-tasks, install-clis and preflight."""
     from agentrl.cli.check_tasks import check_tasks_command
     from agentrl.cli.demo import demo_command
     from agentrl.cli.examples import examples_command
     from agentrl.cli.install_clis import install_clis_command
     from agentrl.cli.plugins import plugins_command
+    from agentrl.cli.preflight import preflight_command
     from agentrl.cli.rollout import rollout_command
     from agentrl.cli.serve import serve
 
@@ -34,5 +35,6 @@ def register_commands(cli: click.Group) -> None:
         examples_command,
         check_tasks_command,
         install_clis_command,
+        preflight_command,
     ):
         cli.add_command(command)
