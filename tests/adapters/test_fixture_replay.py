@@ -116,11 +116,15 @@ def _trained_runs(sample) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     return runs
 
 
+@pytest.mark.parametrize("prompt_mode", ["render", "splice"])
 @pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)
 async def test_captured_scenario_replays_with_exact_trajectory(
-    directory, middleware, scripted_engine, qwen_tokenizer, http
+    directory, prompt_mode, middleware, scripted_engine, qwen_tokenizer, http
 ):
-    """A captured client session through the middleware: replies match, samples are token-exact."""
+    """A captured client session through the middleware: replies match, samples are token-exact.
+
+    These captures hold no reasoning, so a spliced prompt equals the full render too.
+    """
     name = scenario_id(directory)
     token = middleware.open_session(name)
     adapters = {a.name: a for a in all_adapters()}
