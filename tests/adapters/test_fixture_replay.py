@@ -171,6 +171,12 @@ async def test_captured_scenario_replays_with_exact_trajectory(
     for generation in served:
         assert generation.routing_key == name
     samples = await middleware.finish_session(name, reward=1.0)
+    stats = middleware.splice_stats
+    if prompt_mode == "splice":
+        # Every turn that continues a chain splices; only first turns of chains render.
+        assert set(stats) == {"spliced", "new_chain"}, stats
+    else:
+        assert not stats
     assert len(samples) == EXPECTED_SAMPLES[name]
     trained = Counter(run for sample in samples for run in _trained_runs(sample))
     assert trained == Counter((g.output_ids, g.logprobs) for g in served)
