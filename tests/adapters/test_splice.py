@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agentrl.adapters.rendering import render_full
 from agentrl.adapters.splice import SpliceLedger, SplicePlan, Splicer
 from agentrl.testing.stack import started_middleware
+from agentrl.trajectory import TrajectoryManager, TurnRecord
 
 pytest_plugins = ("middleware_fixtures",)
 
@@ -365,3 +369,57 @@ async def test_claude_code_thinking_tool_use_and_reordered_inputs_all_train(
     assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
     served = scripted_engine.served[-1]
     assert samples[0].tokens == served.input_ids + served.output_ids
+
+
+@st.composite
+def sessions(draw):
+    """Turns of one session: reasoning on/off, whitespace, user text or tool results, cuts."""
+    turns = []
+    for turn in range(draw(st.integers(1, 6))):
+        pad = draw(st.sampled_from(["", " ", "  \n"]))
+        reasoning = draw(st.booleans())
+        text = f"<think>\n{pad}r{turn}{pad}\n</think>\n\n" if reasoning else ""
+        if draw(st.booleans()):
+            text += draw(st.sampled_from(["", "\n\n<think>\n\n</think>\n\n"]))
+        text += f"{pad}answer {turn}{pad}"
+        follow = draw(st.sampled_from(["user", "tool", "tool+user"]))
+        turns.append((text, draw(st.sampled_from(["stop", "length"])), follow))
+    return turns
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions())
+def test_property_a_spliced_session_trains_every_sampled_token_once_in_one_sample(
+    qwen_tokenizer, turns
+):
+    """Generated sessions under the real Qwen3 template: one sample, every token trained once.
+
+    Each turn after the first splices onto the previous one, and the sample's tokens are
+    exactly the last prompt the engine received plus its output.
+    """
+    splicer = Splicer(qwen_tokenizer, {}, frozenset(qwen_tokenizer.all_special_ids))
+    ledger, manager = SpliceLedger(), TrajectoryManager()
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+    sampled, prompt_ids, output = 0, (), []
+    for index, (text, finish, follow) in enumerate(turns):
+        plan = splicer.plan(ledger, messages, None)
+        assert (plan.prompt is not None) == (index > 0), plan.reason
+        prompt_ids = plan.prompt.ids if plan.prompt else render_full(qwen_tokenizer, messages)
+        output = ids_of(qwen_tokenizer, text) + ([151645] if finish == "stop" else [])
+        response = {"role": "assistant", "content": f"answer {index}"}
+        manager.record_turn(
+            "s",
+            TurnRecord(prompt_ids, output, [-0.5] * len(output), finish_reason=finish),
+            prompt_messages=messages,
+            response_message=response,
+        )
+        ledger.add(index, plan, prompt_ids, output, response)
+        sampled += len(output)
+        messages = [*messages, response]
+        if "tool" in follow:
+            messages.append({"role": "tool", "content": f"out {index}"})
+        if "user" in follow:
+            messages.append({"role": "user", "content": f"more {index}"})
+    (sample,) = manager.get_trajectory("s")
+    assert sum(sample.loss_mask) == sampled
+    assert sample.tokens == tuple(prompt_ids) + tuple(output)
