@@ -320,6 +320,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_BOOT_CONCURRENCY", "int", _SL, aliases=("SWE_BOOT_CONCURRENCY",), default=16,
        check="positive",
        help="sandboxes booting at once in this process"),
+    _s("AGENTRL_PROMPT_MODE", "str", _SL, default="splice",
+       help="how the middleware makes each prompt: splice (extend the chain's exact ids with "
+            "the new messages) or render (render the whole conversation every turn)"),
     _s("AGENTRL_FORK_THRESHOLD_TOKENS", "int", _SL,
        aliases=("SLIME_FORK_MERGE_MAX_RESPONSE_TOKENS",), default=1024, check="non_negative",
        help="a drift inside a response shorter than this is realigned, longer forks"),

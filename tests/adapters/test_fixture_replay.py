@@ -116,11 +116,15 @@ def _trained_runs(sample) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     return runs
 
 
+@pytest.mark.parametrize("prompt_mode", ["render", "splice"])
 @pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)
 async def test_captured_scenario_replays_with_exact_trajectory(
-    directory, middleware, scripted_engine, qwen_tokenizer, http
+    directory, prompt_mode, middleware, scripted_engine, qwen_tokenizer, http
 ):
-    """A captured client session through the middleware: replies match, samples are token-exact."""
+    """A captured client session through the middleware: replies match, samples are token-exact.
+
+    These captures hold no reasoning, so a spliced prompt equals the full render too.
+    """
     name = scenario_id(directory)
     token = middleware.open_session(name)
     adapters = {a.name: a for a in all_adapters()}
@@ -167,6 +171,12 @@ async def test_captured_scenario_replays_with_exact_trajectory(
     for generation in served:
         assert generation.routing_key == name
     samples = await middleware.finish_session(name, reward=1.0)
+    stats = middleware.splice_stats
+    if prompt_mode == "splice":
+        # Every turn that continues a chain splices; only first turns of chains render.
+        assert set(stats) == {"spliced", "new_chain"}, stats
+    else:
+        assert not stats
     assert len(samples) == EXPECTED_SAMPLES[name]
     trained = Counter(run for sample in samples for run in _trained_runs(sample))
     assert trained == Counter((g.output_ids, g.logprobs) for g in served)

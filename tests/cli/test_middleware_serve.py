@@ -43,7 +43,10 @@ def _announcer():
 async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
     tmp_path, qwen_tokenizer, sglang_client, scripted_engine, http
 ):
-    """Each client kind gets its own token; a served turn ends up in the JSONL when stopped."""
+    """Each client kind gets its own token; a served turn ends up in the JSONL when stopped.
+
+    The prompt mode given (``render``) is the one the turn was made in.
+    """
     stop = asyncio.Event()
     lines, serving, announce = _announcer()
 
@@ -60,6 +63,7 @@ async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
             session_options={"sampling_defaults": {"temperature": 0.6}},
             output=output,
             reward=0.25,
+            prompt_mode="render",
             stop=stop,
             announce=announce,
         )
@@ -86,13 +90,22 @@ async def test_serve_prints_tokens_and_writes_the_trajectory_on_stop(
     assert rows[0]["session"] == "claude_code" and rows[0]["reward"] == 0.25
     served = scripted_engine.served[0]
     assert rows[0]["tokens"][rows[0]["prompt_length"] :] == list(served.output_ids)
+    (metadata,) = rows[0]["metadata"]["turn_metadata"].values()
+    assert metadata["prompt_mode"] == "render"
 
 
 def test_serve_command_is_registered_and_documents_its_options():
     """`agentrl serve --help` lists the engine, tokenizer and output options."""
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0, result.output
-    for option in ("--engine", "--engine-url", "--tokenizer", "--unix-socket", "--output"):
+    for option in (
+        "--engine",
+        "--engine-url",
+        "--tokenizer",
+        "--unix-socket",
+        "--output",
+        "--prompt-mode",
+    ):
         assert option in result.output
     assert serve.name == "serve"
 

@@ -162,7 +162,7 @@ async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
 
 
 async def test_rollout_command_rejects_bad_configuration(tmp_path):
-    """Missing engine URL, unknown harness and unreadable task files are clear usage errors."""
+    """Missing engine URL, unknown harness, unreadable task files, a bad --prompt-mode: clear errors."""
     task_file = _one_task_file(tmp_path, "textstats-1")
     code, _, stderr = await _agentrl("rollout", str(task_file), "--tokenizer", ".", cwd=tmp_path)
     assert code == 2 and "--engine sglang needs --engine-url" in stderr
@@ -184,6 +184,10 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
         "rollout", str(bad), "--engine-url", "http://127.0.0.1:9", "--tokenizer", ".", cwd=tmp_path
     )
     assert code == 1 and "bad.jsonl:1" in stderr and "Traceback" not in stderr
+    code, _, stderr = await _agentrl(
+        "rollout", str(task_file), *url, "--prompt-mode", "spliced", cwd=tmp_path
+    )
+    assert code == 2 and "'--prompt-mode'" in stderr and "'splice', 'render'" in stderr, stderr
 
 
 async def test_unknown_option_keys_are_usage_errors(tmp_path, scripted_engine, qwen_tokenizer_dir):

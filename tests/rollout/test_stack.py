@@ -330,3 +330,12 @@ def test_rollout_options_are_a_typed_rollout_config():
         StackError, match=r"rollout options: RolloutConfig\.eval_timeout must be > 0"
     ):
         _options(rollout={"eval_timeout": 0})
+
+
+@pytest.mark.parametrize("mode", ["splice", "render"])
+async def test_the_stack_builds_its_middleware_in_the_chosen_prompt_mode(qwen_tokenizer_dir, mode):
+    """``StackOptions.prompt_mode`` reaches the middleware (``splice`` by default)."""
+    options = StackOptions(engine_url="http://127.0.0.1:9", tokenizer=str(qwen_tokenizer_dir))
+    assert options.prompt_mode == "splice"
+    async with Stack(attrs.evolve(options, prompt_mode=mode)) as stack:
+        assert stack.middleware.prompt_mode == mode

@@ -87,6 +87,8 @@ def test_config_defaults_match_slime_example():
     assert config.rollout_guard == 1800 + 600 + 180
     assert config.boot_concurrency == 16 and config.boot_retries == 2
     assert config.fork_threshold_tokens == 1024
+    assert config.prompt_mode == "splice"
+    assert SlimeConfig.from_env({"AGENTRL_PROMPT_MODE": "render"}).prompt_mode == "render"
     assert config.public_host is None
     assert config.grader_name(True) == "scaleswe"
 
@@ -139,6 +141,7 @@ def test_config_agentrl_names_win_over_aliases(caplog):
         ({"SWE_BOOT_CONCURRENCY": "0"}, "AGENTRL_BOOT_CONCURRENCY must be positive"),
         ({"AGENTRL_SANDBOX_OPTIONS": "[1]"}, "AGENTRL_SANDBOX_OPTIONS must be a JSON object"),
         ({"AGENTRL_SANDBOX_OPTIONS": "{"}, "AGENTRL_SANDBOX_OPTIONS is not valid JSON"),
+        ({"AGENTRL_PROMPT_MODE": "spliced"}, "AGENTRL_PROMPT_MODE must be one of splice, render"),
     ],
 )
 def test_config_errors_name_the_variable(env, needle):

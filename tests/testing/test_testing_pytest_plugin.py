@@ -89,6 +89,13 @@ FIXTURE_TESTS = textwrap.dedent(
             body = await reply.json()
         assert body["content"] == [{"type": "text", "text": "Hello."}]
         assert agentrl_middleware.trajectory.turn_count("s") == 1
+        assert agentrl_middleware.prompt_mode == "splice"
+
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("agentrl_prompt_mode", ["render"])
+    async def test_agentrl_prompt_mode(agentrl_prompt_mode, agentrl_middleware):
+        assert agentrl_middleware.prompt_mode == agentrl_prompt_mode == "render"
 
 
     @pytest.mark.asyncio

@@ -3,7 +3,7 @@
 ::
 
     mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
-                    trajectory=TrajectoryManager())
+                    trajectory=TrajectoryManager(), prompt_mode="splice")  # or "render"
     await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
     token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
     samples = await mw.finish_session(sid, reward=1.0, metadata={...})
@@ -35,6 +35,7 @@ from agentrl.adapters.base import Adapter, ProtocolError
 from agentrl.adapters.probes import read_json_body
 from agentrl.adapters.rendering import render_full
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
+from agentrl.adapters.splice import check_prompt_mode
 from agentrl.adapters.turns import TurnPipeline, TurnTiming, renderable
 from agentrl.engines.base import Engine
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
@@ -79,6 +80,7 @@ class Middleware:
         model_name: str = "agentrl-policy",
         incremental_render: bool = True,
         timings_kept: int = 100_000,
+        prompt_mode: str = "splice",
     ) -> None:
         check_chat_template_support(tokenizer)
         #: What every turn uses; the properties below read through to it.
@@ -92,6 +94,7 @@ class Middleware:
             incremental_render=incremental_render,
             timings=collections.deque(maxlen=timings_kept),
             stop_ids=frozenset(getattr(tokenizer, "all_special_ids", ()) or ()),
+            prompt_mode=check_prompt_mode(prompt_mode),
         )
         self.max_body_bytes = int(max_body_bytes)
         self.model_name = model_name
@@ -140,6 +143,16 @@ class Middleware:
     def incremental_render(self) -> bool:
         """False renders and tokenizes every prompt from scratch (the reference behaviour)."""
         return self.turns.incremental_render
+
+    @property
+    def prompt_mode(self) -> str:
+        """``splice``: extend each chain's exact ids; ``render``: render every prompt in full."""
+        return self.turns.prompt_mode
+
+    @property
+    def splice_stats(self) -> collections.Counter[str]:
+        """Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted."""
+        return self.turns.splice_stats
 
     @property
     def timings(self) -> collections.deque[TurnTiming]:

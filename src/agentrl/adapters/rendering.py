@@ -10,6 +10,7 @@ Public API::
     renderer.reset(); renderer.last -> RenderedPrompt | None; renderer.stats -> RenderStats
     render_full(tokenizer, messages, tools=None, chat_template=None,
                 chat_template_kwargs=None) -> list[int]             # reference: full tokenization
+    render_text(tokenizer, messages, ...same) -> str                # the template's text only
 
     RenderedPrompt(text: str, ids: tuple[int, ...], reused_tokens: int, tokenized_chars: int)
     RenderError                                                     # the template failed
@@ -43,7 +44,14 @@ from agentrl.trajectory import common_prefix_length
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["IncrementalRenderer", "RenderError", "RenderStats", "RenderedPrompt", "render_full"]
+__all__ = [
+    "IncrementalRenderer",
+    "RenderError",
+    "RenderStats",
+    "RenderedPrompt",
+    "render_full",
+    "render_text",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +110,17 @@ def _render_text(
     if not isinstance(text, str):
         raise RenderError(f"the chat template returned {type(text).__name__}, expected str")
     return text
+
+
+def render_text(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    chat_template: str | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """The chat template's text for ``messages`` with the generation prompt (RenderError)."""
+    return _render_text(tokenizer, messages, tools, chat_template, chat_template_kwargs or {})
 
 
 def render_full(

@@ -22,6 +22,7 @@ import attrs
 
 from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.rendering import IncrementalRenderer
+from agentrl.adapters.splice import SpliceLedger
 from agentrl.trajectory import common_prefix_length, message_key
 from agentrl.types import TurnFact
 
@@ -109,6 +110,8 @@ class Session:
     _by_loose_key: dict[str, set[int]] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
     chains: list[Chain] = attrs.field(factory=list)
+    #: the recorded turns a spliced prompt can extend (splice mode).
+    splice: SpliceLedger = attrs.field(factory=SpliceLedger)
     _clock: int = 0
 
     def remember(self, wire_id: str, turn_index: int) -> str:

@@ -3,8 +3,10 @@
 :class:`TurnPipeline` holds what every turn shares (the engine, tokenizer, parsers,
 trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose steps are:
 
-- ``render``: restore the client's rewritten replays, render the prompt incrementally
-  (a template that rejects the conversation is a 400 quoting it);
+- ``render``: restore the client's rewritten replays; in ``splice`` mode (the default)
+  splice the prompt onto the chain the conversation extends (:mod:`agentrl.adapters.splice`),
+  otherwise — or when splicing falls back — render it incrementally (a template that
+  rejects the conversation is a 400 quoting it);
 - ``generate``: clamp ``max_new_tokens`` to the context budget (a prompt already over
   budget finishes with ``length`` without an engine call) and await the whole generation
   (an engine failure is a 502; cancelling aborts the engine request);
@@ -31,6 +33,13 @@ from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolE
 from agentrl.adapters.rendering import IncrementalRenderer, RenderedPrompt, RenderError
 from agentrl.adapters.sampled import keep_sampled, sampled_content, sampled_reasoning
 from agentrl.adapters.sessions import Chain, Session, new_token
+from agentrl.adapters.splice import (
+    SplicePlan,
+    Splicer,
+    check_prompt_mode,
+    links_by_index,
+    stop_ids_for,
+)
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
 from agentrl.parsers.base import ReasoningParser, ToolCall, ToolCallParser
@@ -220,6 +229,21 @@ class TurnPipeline:
     recent_chains: collections.deque[Chain] = attrs.field(factory=_recent_chains)
     #: Token ids trimmed from the end of a generation before it is decoded and parsed.
     stop_ids: frozenset[int] = frozenset()
+    #: ``splice`` (the default): extend the chain's exact ids with the new messages;
+    #: ``render``: render every prompt from the whole conversation.
+    prompt_mode: str = attrs.field(default="splice", validator=lambda _, a, v: check_prompt_mode(v))
+    #: Builds spliced prompts and counts their outcomes (:attr:`splice_stats`).
+    splicer: Splicer = attrs.field(init=False)
+
+    @splicer.default
+    def _splicer(self) -> Splicer:
+        stops = stop_ids_for(self.tokenizer, self.stop_ids)
+        return Splicer(self.tokenizer, self.chat_template_kwargs, stops)
+
+    @property
+    def splice_stats(self) -> collections.Counter[str]:
+        """Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted."""
+        return self.splicer.stats
 
     async def run(
         self,
@@ -292,6 +316,8 @@ class Turn:
     started: float
     #: Indices of the messages :meth:`render` restored to what was recorded.
     restored: list[int] = attrs.field(factory=list)
+    #: How :meth:`render` made the prompt in splice mode (None in render mode).
+    splice: SplicePlan | None = None
     engine_seconds: float = 0.0
 
     async def run(self, request: web.Request) -> web.StreamResponse:
@@ -310,6 +336,14 @@ class Turn:
         )
         if self.restored:
             self.chat = attrs.evolve(self.chat, messages=messages)
+        pipeline, session, chat = self.pipeline, self.session, self.chat
+        if pipeline.prompt_mode == "splice":
+            links = links_by_index(session.links(chat.replayed_ids))
+            self.splice = pipeline.splicer.plan(
+                session.splice, chat.messages, chat.tools, links, sid=session.sid, index=self.index
+            )
+            if self.splice.prompt is not None:
+                return self.splice.prompt
         renderer = self.pipeline.renderer_for(self.session, self.chat)
         with renderable():
             return renderer.render(self.chat.messages, tools=self.chat.tools)
@@ -414,6 +448,10 @@ class Turn:
         )
         if sampled and recorded is not None:
             session.record_response(self.index, recorded)
+        if self.splice is not None:
+            self.pipeline.splicer.count(self.splice)
+            if sampled and recorded is not None:
+                session.splice.add(self.index, self.splice, prompt.ids, sampled, recorded)
         self.pipeline.timings.append(self._timing(prompt, turn))
         plugins.notify("on_turn_recorded", self._event(turn, metadata))
 
@@ -424,6 +462,7 @@ class Turn:
             "replayed_turns": self.session.links(self.chat.replayed_ids),
             "restored_replays": self.restored,
             "engine_seconds": round(self.engine_seconds, 6),
+            **(self.splice.metadata() if self.splice is not None else {"prompt_mode": "render"}),
         }
 
     def _timing(self, prompt: RenderedPrompt, turn: AssistantTurn) -> TurnTiming:

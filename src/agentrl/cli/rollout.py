@@ -129,6 +129,14 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @click.option("--tokenizer", type=click.Path(file_okay=False), help="Local tokenizer directory.")
 @click.option("--tool-parser", default="hermes", show_default=True, help="Tool-call parser.")
 @click.option("--reasoning-parser", default=None, help="Reasoning parser (e.g. qwen3).")
+@click.option(
+    "--prompt-mode",
+    type=click.Choice(["splice", "render"]),
+    default="splice",
+    show_default=True,
+    help="Prompts: 'splice' extends each chain's exact ids (every sampled token trains); "
+    "'render' renders the whole conversation every turn.",
+)
 @click.option("-n", "--samples-per-task", default=1, show_default=True, type=click.IntRange(1))
 @click.option("-c", "--concurrency", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--out", default="runs/rollout", show_default=True, type=click.Path(file_okay=False))
@@ -204,6 +212,7 @@ def rollout_command(**kw: Any) -> None:
             tokenizer=kw["tokenizer"],
             tool_parser=kw["tool_parser"] or None,
             reasoning_parser=kw["reasoning_parser"],
+            prompt_mode=kw["prompt_mode"],
             cli_dir=cli_dir,
             public_host=kw["public_host"],
             sandbox_options=_json_option(kw["sandbox_options"], "--sandbox-options"),

@@ -113,6 +113,7 @@ async def run_server(
     session_options: dict[str, Any],
     output: Path,
     reward: float,
+    prompt_mode: str = "splice",
     stop: asyncio.Event | None = None,
     announce: Any = click.echo,
     warn: Any = None,
@@ -142,6 +143,7 @@ async def run_server(
         tool_parser=tool_parser,
         reasoning_parser=reasoning_parser,
         trajectory=TrajectoryManager(),
+        prompt_mode=prompt_mode,
     )
     try:
         await middleware.start(host=host, port=port, unix_path=unix_path)
@@ -218,6 +220,14 @@ async def run_server(
     help="Reasoning parser name ('' for none).",
 )
 @click.option(
+    "--prompt-mode",
+    type=click.Choice(["splice", "render"]),
+    default="splice",
+    show_default=True,
+    help="Prompts: 'splice' extends each chain's exact ids (every sampled token trains); "
+    "'render' renders the whole conversation every turn.",
+)
+@click.option(
     "--max-context-tokens",
     default=0,
     show_default=True,
@@ -257,6 +267,7 @@ def serve(
     unix_path: str | None,
     tool_parser: str,
     reasoning_parser: str,
+    prompt_mode: str,
     max_context_tokens: int,
     max_turns: int | None,
     temperature: float | None,
@@ -304,5 +315,6 @@ def serve(
             },
             output=output,
             reward=reward,
+            prompt_mode=prompt_mode,
         )
     )

@@ -111,6 +111,8 @@ class StackOptions:
     #: Parser plugin names, or parser classes.
     tool_parser: str | type | None = "hermes"
     reasoning_parser: str | type | None = None
+    #: ``splice`` (extend each chain's exact ids) or ``render`` (render every prompt in full).
+    prompt_mode: str = "splice"
     engine_options: dict[str, Any] = attrs.field(factory=dict)
     #: A host directory holding bin/claude and bin/codex (agentrl install-clis).
     cli_dir: str | None = None
@@ -235,6 +237,7 @@ class Stack:
             tokenizer=self.tokenizer,
             tool_parser=o.tool_parser,
             reasoning_parser=o.reasoning_parser,
+            prompt_mode=o.prompt_mode,
             trajectory=TrajectoryManager(
                 fork_threshold_tokens=o.fork_threshold_tokens, reward_split=o.reward_split
             ),

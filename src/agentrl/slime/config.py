@@ -22,6 +22,9 @@ __all__ = ["ENV_VARS", "SlimeConfig", "SlimeConfigError"]
 
 logger = logging.getLogger(__name__)
 
+#: The middleware's prompt modes (``agentrl.adapters.splice.PROMPT_MODES``).
+PROMPT_MODES = ("splice", "render")
+
 
 class SlimeConfigError(ValueError):
     """The slime integration is misconfigured; the message says what to set."""
@@ -43,6 +46,7 @@ _FIELD_SETTINGS: dict[str, str] = {
     "boot_concurrency": "AGENTRL_BOOT_CONCURRENCY",
     "boot_retries": "AGENTRL_BOOT_RETRIES",
     "fork_threshold_tokens": "AGENTRL_FORK_THRESHOLD_TOKENS",
+    "prompt_mode": "AGENTRL_PROMPT_MODE",
     "tasks_dir": "AGENTRL_TASKS_DIR",
     "prompt": "AGENTRL_PROMPT_TEMPLATE",
     "max_turns": "AGENTRL_MAX_TURNS",
@@ -69,6 +73,13 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: float | int | No
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: int) -> None:
     if value < 0:
         raise SlimeConfigError(f"{_env_name(attribute.name)} must be >= 0, got {value!r}")
+
+
+def _prompt_mode(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    if value not in PROMPT_MODES:
+        raise SlimeConfigError(
+            f"{_env_name(attribute.name)} must be one of {', '.join(PROMPT_MODES)}, got {value!r}"
+        )
 
 
 def _zero_is_none(value: float | None) -> float | None:
@@ -100,6 +111,7 @@ class SlimeConfig:
     boot_concurrency: int = attrs.field(default=16, validator=_positive)
     boot_retries: int = attrs.field(default=2, validator=_non_negative)
     fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
+    prompt_mode: str = attrs.field(default="splice", validator=_prompt_mode)
     tasks_dir: str | None = None
     prompt: str | None = None
     max_turns: int | None = attrs.field(default=None, validator=_positive)

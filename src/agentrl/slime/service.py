@@ -222,6 +222,7 @@ class Service:
             sandbox_port=c.port or 18001,
             max_context_tokens=s.max_context_tokens,
             fork_threshold_tokens=c.fork_threshold_tokens,
+            prompt_mode=c.prompt_mode,
             boot_concurrency=c.boot_concurrency,
             rollout=c.rollout_kwargs(),
         )
@@ -230,7 +231,7 @@ class Service:
         self.graders = {False: stack.grader, True: stack.make_grader(c.grader_name(True))}
         logger.info(
             "agentrl slime service up: harness=%s sandbox=%s grader=%s/%s engine=%s "
-            "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d",
+            "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d prompt_mode=%s",
             c.harness,
             c.sandbox,
             c.grader_name(False),
@@ -240,6 +241,7 @@ class Service:
             s.tool_parser,
             s.reasoning_parser,
             s.max_context_tokens,
+            c.prompt_mode,
         )
 
     async def _stop(self) -> None:

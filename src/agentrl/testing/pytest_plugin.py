@@ -110,9 +110,16 @@ async def agentrl_sglang_engine(
         await engine.aclose()
 
 
+@pytest.fixture
+def agentrl_prompt_mode() -> str:
+    """The prompt mode ``agentrl_middleware`` runs in: ``splice`` (override or parametrize
+    ``agentrl_prompt_mode`` with ``"render"`` for prompts rendered in full every turn)."""
+    return "splice"
+
+
 @_async_fixture
 async def agentrl_middleware(
-    agentrl_sglang_engine: SGLangEngine, agentrl_qwen_tokenizer: Any
+    agentrl_sglang_engine: SGLangEngine, agentrl_qwen_tokenizer: Any, agentrl_prompt_mode: str
 ) -> AsyncIterator[Middleware]:
     """The real middleware, started, in front of ``agentrl_sglang_engine``.
 
@@ -120,14 +127,18 @@ async def agentrl_middleware(
     HTTP on ``127.0.0.1`` (``.url``) and on a unix socket (``.unix_path``: bind it into a
     local sandbox with ``services={port: path}``), parses Qwen3's ``hermes`` tool calls and
     reasoning, and records every turn in ``.trajectory``. A client authenticates with the
-    token ``open_session(sid)`` returns.
+    token ``open_session(sid)`` returns. Prompts are spliced unless ``agentrl_prompt_mode``
+    says ``"render"``.
     """
     from agentrl.testing.stack import started_middleware
 
     # A short directory: a unix socket path must fit in 108 bytes.
     with tempfile.TemporaryDirectory(prefix="agentrl-mw-") as scratch:
         async with started_middleware(
-            agentrl_sglang_engine, agentrl_qwen_tokenizer, unix_path=f"{scratch}/mw.sock"
+            agentrl_sglang_engine,
+            agentrl_qwen_tokenizer,
+            unix_path=f"{scratch}/mw.sock",
+            prompt_mode=agentrl_prompt_mode,
         ) as middleware:
             yield middleware
 

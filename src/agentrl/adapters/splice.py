@@ -1,0 +1,361 @@
+"""Splice mode: a turn's prompt is the chain's exact ids so far plus the new messages' rendering.
+
+When a request's conversation extends a chain this session already served — its last
+assistant message maps to a recorded turn (through a wire id the middleware minted, or an
+exact match with what was recorded) and every message before it equals that turn's prompt
+messages — the prompt sent to the engine is::
+
+    that turn's prompt ids + its output ids + seam ids
+
+The seam is what the chat template writes after an assistant message's content (its end
+of turn, e.g. ``<|im_end|>\\n``), then the new messages (tool results, user text,
+reminders) and the generation prompt, tokenized on its own. Nothing the model sampled is
+re-tokenized or re-rendered, so a template that drops earlier reasoning (Qwen3) or
+normalises whitespace cannot make the recorded tokens drift: every spliced turn is CLEAN
+for the :class:`~agentrl.trajectory.TrajectoryManager`.
+
+The seam comes from the template itself: the conversation is rendered with a probe
+assistant message (plain content, a unique marker) in place of the last assistant
+message, and everything after the marker is taken; two different markers must give the
+same text, each exactly once. The end-of-turn text the output already holds (its trailing
+stop token) is dropped from the seam's start; an output that ended by ``length``, or whose
+stop token the engine did not return, keeps the template's end token in the seam.
+
+Whatever the delta cannot express falls back to the full render (a new chain, as in
+``render`` mode), with one of :data:`FALLBACK_REASONS`.
+
+Public API::
+
+    PROMPT_MODES = ("splice", "render"); FALLBACK_REASONS
+    splicer = Splicer(tokenizer, chat_template_kwargs={}, stop_ids=frozenset())
+    plan = splicer.plan(ledger, messages, tools, links={message index: turn})  # -> SplicePlan
+    plan.prompt (RenderedPrompt | None), plan.reason, plan.metadata()
+    splicer.count(plan); splicer.stats -> Counter  ("spliced" and each fallback reason)
+    ledger = SpliceLedger(); ledger.add(index, plan, prompt_ids, output_ids)
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+from array import array
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from agentrl.adapters.rendering import RenderedPrompt, RenderError, render_text
+from agentrl.trajectory import message_key
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "FALLBACK_REASONS",
+    "PROMPT_MODES",
+    "SpliceLedger",
+    "SplicePlan",
+    "SpliceRecord",
+    "Splicer",
+    "check_prompt_mode",
+    "links_by_index",
+    "stop_ids_for",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``splice``: extend the chain's exact ids (the default); ``render``: render every prompt
+#: from the whole conversation with the chat template (ids identical to
+#: ``apply_chat_template``).
+PROMPT_MODES = ("splice", "render")
+
+#: Why a turn in splice mode was rendered in full instead (the ``splice_fallback`` metadata).
+FALLBACK_REASONS = {
+    "new_chain": "the conversation has no earlier assistant message (a first turn, a sub-agent)",
+    "ends_with_assistant": "the conversation ends with an assistant message (a prefill)",
+    "unmapped_message": "its last assistant message maps to no recorded turn "
+    "(rewritten without a wire id the middleware minted, or not generated here)",
+    "system_changed": "the system prompt differs from the one the chain was sampled with",
+    "rewritten_message": "an earlier assistant message differs from the one recorded",
+    "history_changed": "a message before the last assistant message differs from the "
+    "chain's (compaction, an edited message)",
+    "tools_changed": "the tools list differs from the one the chain was sampled with",
+    "stop_token": "the previous output ended with a stop token the template does not "
+    "write after an assistant message",
+    "delta_unrenderable": "the template's text for the new messages could not be isolated",
+}
+
+#: Markers put in a probe assistant message's content (they must differ in every character
+#: so that no common suffix hides inside them).
+_PROBES = ("AGENTRL-SPLICE-PROBE-7Q", "agentrl_splice_probe_3z")
+
+
+def check_prompt_mode(value: str, what: str = "prompt_mode") -> str:
+    """``value`` if it is one of :data:`PROMPT_MODES`; ValueError naming them otherwise."""
+    if value not in PROMPT_MODES:
+        raise ValueError(f"{what}: expected one of {PROMPT_MODES}, got {value!r}")
+    return value
+
+
+def _digest(value: Any) -> bytes:
+    text = message_key(value) if isinstance(value, Mapping) else json.dumps(value, default=repr)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@attrs.define(eq=False, slots=True)
+class SpliceRecord:
+    """One recorded turn a later turn can extend: its ids, stored relative to its base turn.
+
+    ``prompt = sequence(base) + head`` when ``base`` is set (``head`` is the seam), else
+    ``prompt = head``; ``sequence = prompt + output``. ``history`` holds a digest of each
+    prompt message, ``tools`` one of the tools list.
+    """
+
+    index: int
+    base: SpliceRecord | None
+    head: array
+    output: array
+    history: tuple[bytes, ...]
+    tools: bytes
+
+    def sequence(self) -> array:
+        """The whole sequence (prompt + output) this turn left in the engine's context."""
+        path: list[SpliceRecord] = []
+        node: SpliceRecord | None = self
+        while node is not None:
+            path.append(node)
+            node = node.base
+        ids = array("I")
+        for step in reversed(path):
+            ids.extend(step.head)
+            ids.extend(step.output)
+        return ids
+
+
+@attrs.define(eq=False)
+class SpliceLedger:
+    """One session's recorded turns, by index, and which turns recorded which response."""
+
+    records: dict[int, SpliceRecord] = attrs.field(factory=dict)
+    by_response: dict[bytes, list[int]] = attrs.field(factory=dict)
+    #: The sequence of the turn added last (the usual base of the next turn), rebuilt once.
+    _latest: tuple[SpliceRecord, array] | None = None
+
+    def sequence(self, record: SpliceRecord) -> array:
+        """``record``'s whole sequence (a fresh array)."""
+        if self._latest is not None and self._latest[0] is record:
+            return array("I", self._latest[1])
+        return record.sequence()
+
+    def add(
+        self,
+        index: int,
+        plan: SplicePlan,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        response: Mapping[str, Any],
+    ) -> SpliceRecord:
+        """Record turn ``index`` (prompt as sent, sampled ids, the assistant message recorded)."""
+        output = array("I", output_ids)
+        if plan.base is not None:
+            head = array("I", plan.seam_ids)
+        else:
+            head = array("I", prompt_ids)
+        record = SpliceRecord(
+            index=index,
+            base=plan.base,
+            head=head,
+            output=output,
+            history=plan.history,
+            tools=plan.tools,
+        )
+        self.records[index] = record
+        self.by_response.setdefault(_digest(response), []).append(index)
+        sequence = array("I", prompt_ids)
+        sequence.extend(output)
+        self._latest = (record, sequence)
+        return record
+
+
+@attrs.frozen(kw_only=True)
+class SplicePlan:
+    """How one turn's prompt is made: spliced onto ``base`` (``prompt`` set) or rendered.
+
+    ``reason`` names the fallback (a key of :data:`FALLBACK_REASONS`) when ``prompt`` is
+    None; ``history`` and ``tools`` are the request's digests, kept with the turn.
+    """
+
+    prompt: RenderedPrompt | None = None
+    base: SpliceRecord | None = None
+    seam_ids: tuple[int, ...] = ()
+    reason: str | None = None
+    detail: str = ""
+    history: tuple[bytes, ...] = ()
+    tools: bytes = b""
+
+    def metadata(self) -> dict[str, Any]:
+        """The recorded turn's ``prompt_mode`` (and ``splice_fallback`` with the reason)."""
+        if self.prompt is not None:
+            return {"prompt_mode": "splice", "spliced_on_turn": self.base.index}  # type: ignore[union-attr]
+        return {"prompt_mode": "render", "splice_fallback": self.reason}
+
+
+@attrs.define(eq=False)
+class Splicer:
+    """Builds spliced prompts with one tokenizer's chat template; counts what it did."""
+
+    tokenizer: PreTrainedTokenizerBase
+    chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    #: Ids that end a generation (trimmed before parsing); a trailing run of them is the
+    #: end of turn the seam must not repeat.
+    stop_ids: frozenset[int] = frozenset()
+    #: A template other than the tokenizer's own (None: the tokenizer's).
+    chat_template: str | None = None
+    #: ``"spliced"`` and each fallback reason, over the recorded turns.
+    stats: collections.Counter[str] = attrs.field(factory=collections.Counter)
+
+    def plan(
+        self,
+        ledger: SpliceLedger,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        links: Mapping[int, int] | None = None,
+        *,
+        sid: str = "",
+        index: int = 0,
+    ) -> SplicePlan:
+        """Splice the prompt for ``messages`` onto the chain they extend, or say why not.
+
+        ``links`` maps a message index to the turn whose minted wire id it replayed.
+        """
+        history = tuple(_digest(m) for m in messages)
+        tools_digest = _digest(list(tools) if tools else None)
+        fallback = attrs.evolve(SplicePlan(), history=history, tools=tools_digest)
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        if last < 0:
+            return attrs.evolve(fallback, reason="new_chain")
+        if last == len(messages) - 1:
+            return self._fallback(fallback, "ends_with_assistant", sid, index)
+        candidates = self._candidates(ledger, history[last], (links or {}).get(last))
+        if not candidates:
+            return self._fallback(fallback, "unmapped_message", sid, index, f"message {last}")
+        base = next((c for c in candidates if c.history == history[:last]), None)
+        if base is None:
+            reason, detail = _history_reason(candidates[0].history, history[:last], messages)
+            return self._fallback(fallback, reason, sid, index, detail)
+        if base.tools != tools_digest:
+            return self._fallback(fallback, "tools_changed", sid, index, f"turn {base.index}")
+        seam = self._seam_text(messages, last, tools, base.output)
+        if isinstance(seam, tuple):
+            return self._fallback(fallback, seam[0], sid, index, seam[1])
+        seam_ids = tuple(self.tokenizer(seam, add_special_tokens=False)["input_ids"])
+        prompt_ids = ledger.sequence(base)
+        reused = len(prompt_ids)
+        prompt_ids.extend(seam_ids)
+        prompt = RenderedPrompt(
+            text=seam, ids=prompt_ids, reused_tokens=reused, tokenized_chars=len(seam)
+        )
+        return attrs.evolve(fallback, prompt=prompt, base=base, seam_ids=seam_ids)
+
+    def count(self, plan: SplicePlan) -> None:
+        """Count one recorded turn's outcome in :attr:`stats`."""
+        self.stats["spliced" if plan.prompt is not None else str(plan.reason)] += 1
+
+    def _fallback(
+        self, plan: SplicePlan, reason: str, sid: str, index: int, detail: str = ""
+    ) -> SplicePlan:
+        logger.info(
+            "session %s turn %d: splice fallback %r (%s%s); rendering the whole conversation, "
+            "which starts a new chain",
+            sid,
+            index,
+            reason,
+            FALLBACK_REASONS[reason],
+            f": {detail}" if detail else "",
+        )
+        return attrs.evolve(plan, reason=reason, detail=detail)
+
+    def _candidates(
+        self, ledger: SpliceLedger, key: bytes, linked: int | None
+    ) -> list[SpliceRecord]:
+        """The recorded turns the last assistant message may be: its wire id's, then by content."""
+        found: list[SpliceRecord] = []
+        if linked is not None and linked in ledger.records:
+            found.append(ledger.records[linked])
+        for turn in reversed(ledger.by_response.get(key, ())):
+            record = ledger.records[turn]
+            if record not in found:
+                found.append(record)
+        return found
+
+    def _seam_text(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        last: int,
+        tools: Sequence[Mapping[str, Any]] | None,
+        output: Sequence[int],
+    ) -> str | tuple[str, str]:
+        """The text after the last assistant message's sampled output, or (reason, detail)."""
+        after = []
+        before = []
+        for probe in _PROBES:
+            probed = [*messages[:last], {"role": "assistant", "content": probe}]
+            probed += messages[last + 1 :]
+            try:
+                text = render_text(
+                    self.tokenizer,
+                    probed,
+                    tools,
+                    chat_template=self.chat_template,
+                    chat_template_kwargs=self.chat_template_kwargs,
+                )
+            except RenderError as exc:
+                return "delta_unrenderable", str(exc)
+            if text.count(probe) != 1:
+                return "delta_unrenderable", "the template does not render content verbatim"
+            cut = text.index(probe)
+            before.append(text[:cut])
+            after.append(text[cut + len(probe) :])
+        if after[0] != after[1] or before[0] != before[1]:
+            return "delta_unrenderable", "the template's text depends on the message content"
+        seam = after[0]
+        trailing = len(output)
+        while trailing and output[trailing - 1] in self.stop_ids:
+            trailing -= 1
+        if trailing < len(output):
+            end = self.tokenizer.decode(list(output[trailing:]), skip_special_tokens=False)
+            if not seam.startswith(end):
+                return (
+                    "stop_token",
+                    f"the output ends with {end!r}, the template with {seam[:24]!r}",
+                )
+            seam = seam[len(end) :]
+        return seam
+
+
+def _history_reason(
+    recorded: Sequence[bytes], history: Sequence[bytes], messages: Sequence[Mapping[str, Any]]
+) -> tuple[str, str]:
+    """Why ``history`` (the request's messages before its last assistant) is not ``recorded``."""
+    for position, (was, now) in enumerate(zip(recorded, history, strict=False)):
+        if was != now:
+            role = messages[position].get("role")
+            if role == "system" and position == 0:
+                return "system_changed", "message 0"
+            if role == "assistant":
+                return "rewritten_message", f"message {position}"
+            return "history_changed", f"message {position} ({role})"
+    return "history_changed", f"{len(history)} messages where the chain had {len(recorded)}"
+
+
+def links_by_index(links: Mapping[str, int]) -> dict[int, int]:
+    """:meth:`Session.links`' ``{"index": turn}`` keyed by int."""
+    return {int(k): v for k, v in links.items()}
+
+
+def stop_ids_for(tokenizer: PreTrainedTokenizerBase, stop_ids: Collection[int]) -> frozenset[int]:
+    """The pipeline's stop ids and the tokenizer's EOS id."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return frozenset(stop_ids) | ({eos} if isinstance(eos, int) else set())

@@ -1,0 +1,425 @@
+"""Splice mode: each prompt is the chain's exact ids so far plus the new messages' rendering.
+
+Driven over HTTP through the real middleware, the real Qwen3 chat template (which drops
+earlier ``<think>`` blocks once a later user message exists) and the scripted engine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrl.adapters.rendering import render_full
+from agentrl.adapters.splice import SpliceLedger, SplicePlan, Splicer
+from agentrl.testing.stack import started_middleware
+from agentrl.trajectory import TrajectoryManager, TurnRecord
+
+pytest_plugins = ("middleware_fixtures",)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "Bash", "description": "run", "parameters": {"type": "object"}},
+    }
+]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def ids_of(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def template_ids(tokenizer, messages, tools=None) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+async def chat(http, mw, token, messages, tools=None) -> dict:
+    """One Chat Completions turn; the reply's assistant message, as the client stores it."""
+    body = {"model": "policy", "messages": messages}
+    if tools:
+        body["tools"] = tools
+    async with http.post(mw.url + "/v1/chat/completions", json=body, headers=bearer(token)) as r:
+        text = await r.text()
+        assert r.status == 200, text
+    return json.loads(text)["choices"][0]["message"]
+
+
+def sampled_tokens(engine) -> int:
+    return sum(len(g.output_ids) for g in engine.served)
+
+
+def turn_metadata(samples) -> dict[int, dict]:
+    found = {}
+    for sample in samples:
+        for meta in sample.metadata["turn_metadata"].values():
+            found[meta["middleware_turn"]] = meta
+    return found
+
+
+async def reasoning_session(http, mw, engine, sid, turns=4):
+    """A session with reasoning and new user text every turn; returns its samples."""
+    token = mw.open_session(sid)
+    messages = [{"role": "system", "content": "Be brief."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        engine.queue(f"<think>\nLet me think about {turn}.\n</think>\n\nAnswer {turn}.")
+        messages.append(await chat(http, mw, token, messages))
+    return await mw.finish_session(sid, reward=1.0)
+
+
+async def test_reasoning_with_user_text_every_turn_trains_every_token_in_one_sample(
+    middleware, scripted_engine, http, qwen_tokenizer
+):
+    """Splice mode: one sample, every sampled token trained, prompts extend the served ids.
+
+    Each turn's prompt is the previous prompt + output (what the engine received and
+    sampled, earlier thinking included) + ``\\n`` + the new user message + the generation
+    prompt; the sample's tokens are exactly the last prompt plus its output.
+    """
+    samples = await reasoning_session(http, middleware, scripted_engine, "splice")
+    served = scripted_engine.served
+    assert len(samples) == 1
+    assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
+    assert samples[0].tokens == served[-1].input_ids + served[-1].output_ids
+    for turn in range(1, len(served)):
+        delta = f"\n<|im_start|>user\nquestion {turn}<|im_end|>\n<|im_start|>assistant\n"
+        previous = served[turn - 1]
+        expected = previous.input_ids + previous.output_ids + tuple(ids_of(qwen_tokenizer, delta))
+        assert served[turn].input_ids == expected
+    assert b"Let me think about 0." in qwen_tokenizer.decode(served[-1].input_ids).encode()
+    metadata = turn_metadata(samples)
+    assert [metadata[t]["prompt_mode"] for t in range(4)] == ["render"] + ["splice"] * 3
+    assert metadata[0]["splice_fallback"] == "new_chain"
+    assert middleware.splice_stats == {"spliced": 3, "new_chain": 1}
+
+
+async def test_render_mode_trains_only_a_fraction_of_the_same_session(
+    sglang_client, scripted_engine, http, qwen_tokenizer
+):
+    """Render mode keeps today's behaviour: ids identical to the template, low yield.
+
+    Qwen3 drops the earlier ``<think>`` blocks, so each turn realigns the previous one:
+    only the last turn's tokens train.
+    """
+    async with started_middleware(sglang_client, qwen_tokenizer, prompt_mode="render") as mw:
+        samples = await reasoning_session(http, mw, scripted_engine, "render")
+        assert mw.splice_stats == {}
+    trained = sum(sum(s.loss_mask) for s in samples)
+    assert trained == len(scripted_engine.served[-1].output_ids)
+    assert trained < sampled_tokens(scripted_engine) / 2
+    first = scripted_engine.served[1].input_ids
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "question 0"},
+        {"role": "assistant", "content": "Answer 0.", "reasoning_content": "Let me think about 0."},
+        {"role": "user", "content": "question 1"},
+    ]
+    assert list(first) == template_ids(qwen_tokenizer, history)
+    assert {m["prompt_mode"] for m in turn_metadata(samples).values()} == {"render"}
+
+
+async def test_tool_result_turns_splice_the_tool_response(
+    middleware, scripted_engine, http, qwen_tokenizer
+):
+    """Tool results: the seam is ``\\n`` then the template's ``<tool_response>`` wrapping."""
+    token = middleware.open_session("tools")
+    messages = [{"role": "user", "content": "list files"}]
+    for turn in range(3):
+        scripted_engine.queue(
+            f'<think>\nstep {turn}\n</think>\n\n<tool_call>\n{{"name": "Bash", "arguments": '
+            f'{{"command": "ls {turn}"}}}}\n</tool_call>'
+        )
+        reply = await chat(http, middleware, token, messages, TOOLS)
+        call = reply["tool_calls"][0]
+        messages += [reply, {"role": "tool", "tool_call_id": call["id"], "content": f"out {turn}"}]
+    samples = await middleware.finish_session("tools")
+    served = scripted_engine.served
+    for turn in (1, 2):
+        delta = (
+            f"\n<|im_start|>user\n<tool_response>\nout {turn - 1}\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n"
+        )
+        previous = served[turn - 1]
+        expected = previous.input_ids + previous.output_ids + tuple(ids_of(qwen_tokenizer, delta))
+        assert served[turn].input_ids == expected
+    assert len(samples) == 1
+    assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
+    assert middleware.splice_stats["spliced"] == 2
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "eos"), [("length", None), ("stop", False)], ids=["length", "no-stop-id"]
+)
+async def test_an_output_without_its_end_token_gets_the_templates_end_token(
+    middleware, scripted_engine, http, qwen_tokenizer, finish_reason, eos
+):
+    """An output cut by ``length`` (or whose stop id the engine did not return) ends in the seam.
+
+    The seam then starts with the template's ``<|im_end|>``, so the next prompt reads as a
+    closed assistant turn; the sample still trains every sampled token once.
+    """
+    token = middleware.open_session("cut")
+    messages = [{"role": "user", "content": "go"}]
+    scripted_engine.queue("<think>\nhalf a thou", finish_reason=finish_reason, eos=eos)
+    messages += [await chat(http, middleware, token, messages)]
+    messages += [{"role": "user", "content": "again"}]
+    scripted_engine.queue("Done.")
+    await chat(http, middleware, token, messages)
+    samples = await middleware.finish_session("cut")
+    first, second = scripted_engine.served
+    assert first.output_ids[-1] != qwen_tokenizer.eos_token_id
+    delta = "<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    expected = first.input_ids + first.output_ids + tuple(ids_of(qwen_tokenizer, delta))
+    assert second.input_ids == expected
+    assert len(samples) == 1
+    assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
+
+
+async def test_changed_tools_fall_back_to_a_full_render_counted_with_its_reason(
+    middleware, scripted_engine, http, qwen_tokenizer
+):
+    """A new tools list cannot be spliced: the turn renders in full and starts a new sample."""
+    token = middleware.open_session("retool")
+    messages = [{"role": "user", "content": "hi"}]
+    scripted_engine.queue("Hello.")
+    messages += [await chat(http, middleware, token, messages, TOOLS)]
+    messages += [{"role": "user", "content": "more"}]
+    scripted_engine.queue("More.")
+    other = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "a shell"}}]
+    await chat(http, middleware, token, messages, other)
+    samples = await middleware.finish_session("retool")
+    assert middleware.splice_stats == {"new_chain": 1, "tools_changed": 1}
+    assert list(scripted_engine.served[1].input_ids) == template_ids(
+        qwen_tokenizer, messages, other
+    )
+    metadata = turn_metadata(samples)
+    assert metadata[1]["prompt_mode"] == "render"
+    assert metadata[1]["splice_fallback"] == "tools_changed"
+    assert len(samples) == 2
+    assert sum(sum(s.loss_mask) for s in samples) == sampled_tokens(scripted_engine)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [("assistant", "unmapped_message"), ("system", "system_changed"), ("user", "history_changed")],
+)
+async def test_a_rewritten_message_no_wire_id_maps_falls_back(
+    middleware, scripted_engine, http, edit, reason
+):
+    """A rewritten assistant reply (no wire id), system prompt or user message is not spliced."""
+    token = middleware.open_session("rewrite")
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    scripted_engine.queue("Hello there.")
+    reply = await chat(http, middleware, token, messages)
+    if edit == "assistant":
+        reply = {**reply, "content": "Hello, there."}
+    elif edit == "system":
+        messages = [{"role": "system", "content": "sys v2"}, *messages[1:]]
+    else:
+        messages = [messages[0], {"role": "user", "content": "hello"}]
+    scripted_engine.queue("Fine.")
+    await chat(http, middleware, token, [*messages, reply, {"role": "user", "content": "and?"}])
+    samples = await middleware.finish_session("rewrite")
+    assert middleware.splice_stats == {"new_chain": 1, reason: 1}
+    assert turn_metadata(samples)[1]["splice_fallback"] == reason
+
+
+async def test_a_chain_resumes_splicing_after_a_sub_agent(
+    middleware, scripted_engine, http, qwen_tokenizer
+):
+    """A sub-agent's conversation opens its own chain; the parent's next turn still splices."""
+    token = middleware.open_session("parent")
+    parent = [{"role": "user", "content": "task"}]
+    scripted_engine.queue("<think>\nplan\n</think>\n\nDelegating.")
+    parent += [await chat(http, middleware, token, parent)]
+    scripted_engine.queue("Sub result.")
+    await chat(http, middleware, token, [{"role": "user", "content": "sub task"}])
+    parent += [{"role": "user", "content": "go on"}]
+    scripted_engine.queue("Finished.")
+    await chat(http, middleware, token, parent)
+    samples = await middleware.finish_session("parent")
+    first, _, third = scripted_engine.served
+    assert third.input_ids[: len(first.input_ids) + len(first.output_ids)] == (
+        first.input_ids + first.output_ids
+    )
+    assert middleware.splice_stats == {"new_chain": 2, "spliced": 1}
+    assert sum(sum(s.loss_mask) for s in samples) == sampled_tokens(scripted_engine)
+    assert len(samples) == 2
+
+
+async def test_the_context_budget_counts_the_spliced_prompt(middleware, scripted_engine, http):
+    """``max_new_tokens`` is clamped to the budget minus the spliced prompt's length."""
+    token = middleware.open_session("budget", max_context_tokens=400)
+    messages = [{"role": "user", "content": "hi"}]
+    scripted_engine.queue("<think>\n" + "long thought " * 20 + "\n</think>\n\nOk.")
+    messages += [await chat(http, middleware, token, messages)]
+    messages += [{"role": "user", "content": "next"}]
+    scripted_engine.queue("Ok.")
+    await chat(http, middleware, token, messages)
+    second = scripted_engine.generate_requests[1].body
+    assert middleware.splice_stats["spliced"] == 1
+    assert second["sampling_params"]["max_new_tokens"] == 400 - len(second["input_ids"])
+
+
+def test_position_dependent_wrappers_come_from_the_template(qwen_tokenizer):
+    """The seam is read from the template at the message's position, not from a table.
+
+    A template that closes an assistant message differently before a tool message than
+    before a user message gets each seam right, and an output that already ends with the
+    end token does not repeat it.
+    """
+    template = (
+        "{% for m in messages %}"
+        "{% if m.role == 'assistant' %}<A>{{ m.content }}"
+        "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}</A:tool>"
+        "{% else %}<|im_end|>{% endif %}"
+        "{% else %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}<A>{% endif %}"
+    )
+    splicer = Splicer(qwen_tokenizer, {}, frozenset({151645}), chat_template=template)
+    ledger = SpliceLedger()
+    first = [{"role": "user", "content": "q"}]
+    plan = splicer.plan(ledger, first, None)
+    assert plan.reason == "new_chain"
+    output = [*ids_of(qwen_tokenizer, "answer"), 151645]
+    ledger.add(0, plan, [1, 2, 3], output, {"role": "assistant", "content": "answer"})
+    replied = [*first, {"role": "assistant", "content": "answer"}]
+    to_user = splicer.plan(ledger, [*replied, {"role": "user", "content": "u"}], None)
+    assert to_user.prompt.text == "<user>u</user><A>"
+    assert to_user.prompt.ids == (1, 2, 3, *output, *ids_of(qwen_tokenizer, "<user>u</user><A>"))
+    to_tool = splicer.plan(ledger, [*replied, {"role": "tool", "content": "t"}], None)
+    assert to_tool.reason == "stop_token"
+    assert isinstance(SplicePlan().metadata(), dict)
+
+
+def test_an_output_without_its_end_token_takes_the_wrapper_for_its_position(qwen_tokenizer):
+    """Before a tool message the same template's seam is its own ``</A:tool>`` wrapper."""
+    template = (
+        "{% for m in messages %}"
+        "{% if m.role == 'assistant' %}<A>{{ m.content }}"
+        "{% if not loop.last and messages[loop.index0 + 1].role == 'tool' %}</A:tool>"
+        "{% else %}<|im_end|>{% endif %}"
+        "{% else %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}<A>{% endif %}"
+    )
+    splicer = Splicer(qwen_tokenizer, {}, frozenset({151645}), chat_template=template)
+    ledger = SpliceLedger()
+    first = [{"role": "user", "content": "q"}]
+    output = ids_of(qwen_tokenizer, "call it")
+    ledger.add(0, splicer.plan(ledger, first, None), [7], output, {"role": "assistant"})
+    replied = [*first, {"role": "assistant"}, {"role": "tool", "content": "t"}]
+    plan = splicer.plan(ledger, replied, None)
+    assert plan.prompt.text == "</A:tool><tool>t</tool><A>"
+    assert plan.metadata() == {"prompt_mode": "splice", "spliced_on_turn": 0}
+
+
+async def test_claude_code_thinking_tool_use_and_reordered_inputs_all_train(
+    middleware, scripted_engine, http
+):
+    """Anthropic Messages with thinking, whitespace around it, tool use and re-ordered input keys.
+
+    Claude Code replays ``tool_use`` input in its schema's key order and strips nothing the
+    middleware needs: the wire ids map every reply to its turn, so each turn splices and
+    the whole session is one sample that trains every sampled token.
+    """
+    token = middleware.open_session("claude")
+    tools = [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]
+    history = [{"role": "user", "content": "fix it"}]
+    for turn in range(3):
+        scripted_engine.queue(
+            f"<think>\n  look {turn}  \n</think>\n\n  Running.  \n<tool_call>\n"
+            f'{{"name": "Bash", "arguments": {{"timeout": {turn}, "command": "ls"}}}}\n</tool_call>'
+        )
+        body = {"model": "claude", "max_tokens": 256, "system": "You are Claude Code."}
+        body.update(tools=tools, messages=history)
+        async with http.post(
+            middleware.url + "/v1/messages", json=body, headers=bearer(token)
+        ) as r:
+            assert r.status == 200, await r.text()
+            reply = json.loads(await r.text())
+        blocks = [
+            {**b, "input": dict(reversed(list(b["input"].items())))}
+            if b["type"] == "tool_use"
+            else b
+            for b in reply["content"]
+        ]
+        call = blocks[-1]
+        history += [
+            {"role": "assistant", "content": blocks},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call["id"], "content": "ok"},
+                    {"type": "text", "text": f"<system-reminder>turn {turn}</system-reminder>"},
+                ],
+            },
+        ]
+    samples = await middleware.finish_session("claude")
+    assert middleware.splice_stats == {"new_chain": 1, "spliced": 2}
+    assert len(samples) == 1
+    assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
+    served = scripted_engine.served[-1]
+    assert samples[0].tokens == served.input_ids + served.output_ids
+
+
+@st.composite
+def sessions(draw):
+    """Turns of one session: reasoning on/off, whitespace, user text or tool results, cuts."""
+    turns = []
+    for turn in range(draw(st.integers(1, 6))):
+        pad = draw(st.sampled_from(["", " ", "  \n"]))
+        reasoning = draw(st.booleans())
+        text = f"<think>\n{pad}r{turn}{pad}\n</think>\n\n" if reasoning else ""
+        if draw(st.booleans()):
+            text += draw(st.sampled_from(["", "\n\n<think>\n\n</think>\n\n"]))
+        text += f"{pad}answer {turn}{pad}"
+        follow = draw(st.sampled_from(["user", "tool", "tool+user"]))
+        turns.append((text, draw(st.sampled_from(["stop", "length"])), follow))
+    return turns
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions())
+def test_property_a_spliced_session_trains_every_sampled_token_once_in_one_sample(
+    qwen_tokenizer, turns
+):
+    """Generated sessions under the real Qwen3 template: one sample, every token trained once.
+
+    Each turn after the first splices onto the previous one, and the sample's tokens are
+    exactly the last prompt the engine received plus its output.
+    """
+    splicer = Splicer(qwen_tokenizer, {}, frozenset(qwen_tokenizer.all_special_ids))
+    ledger, manager = SpliceLedger(), TrajectoryManager()
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+    sampled, prompt_ids, output = 0, (), []
+    for index, (text, finish, follow) in enumerate(turns):
+        plan = splicer.plan(ledger, messages, None)
+        assert (plan.prompt is not None) == (index > 0), plan.reason
+        prompt_ids = plan.prompt.ids if plan.prompt else render_full(qwen_tokenizer, messages)
+        output = ids_of(qwen_tokenizer, text) + ([151645] if finish == "stop" else [])
+        response = {"role": "assistant", "content": f"answer {index}"}
+        manager.record_turn(
+            "s",
+            TurnRecord(prompt_ids, output, [-0.5] * len(output), finish_reason=finish),
+            prompt_messages=messages,
+            response_message=response,
+        )
+        ledger.add(index, plan, prompt_ids, output, response)
+        sampled += len(output)
+        messages = [*messages, response]
+        if "tool" in follow:
+            messages.append({"role": "tool", "content": f"out {index}"})
+        if "user" in follow:
+            messages.append({"role": "user", "content": f"more {index}"})
+    (sample,) = manager.get_trajectory("s")
+    assert sum(sample.loss_mask) == sampled
+    assert sample.tokens == tuple(prompt_ids) + tuple(output)
