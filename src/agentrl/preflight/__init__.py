@@ -17,7 +17,6 @@ from agentrl.preflight.run import (
     PreflightError,
     run_preflight,
     run_scenario,
-    supported_prompt_modes,
 )
 from agentrl.preflight.scenarios import SCENARIOS, Scenario, scenario_named
 
@@ -31,5 +30,4 @@ __all__ = [
     "run_preflight",
     "run_scenario",
     "scenario_named",
-    "supported_prompt_modes",
 ]

@@ -92,8 +92,9 @@ class SessionReport:
 
     @property
     def fallbacks(self) -> int:
-        """Turns whose splice fell back to a full render."""
-        return sum(1 for t in self.turns if t.fallback)
+        """Turns whose splice fell back to a full render (a chain's first turn, which has
+        nothing to extend, is not one)."""
+        return sum(1 for t in self.turns if t.fallback and t.fallback != "new_chain")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form, with the derived figures."""

@@ -15,13 +15,13 @@ training samples are measured (:func:`agentrl.preflight.report.analyse`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentrl.adapters.splice import PROMPT_MODES
 from agentrl.preflight.clients import CLIENTS, ParsedCall, WireClient
 from agentrl.preflight.engine import EngineCall, ScriptedCompletion, ScriptedTokenEngine
 from agentrl.preflight.report import DrivenTurn, SessionReport, analyse
@@ -38,13 +38,11 @@ __all__ = [
     "RecordingTrajectory",
     "run_preflight",
     "run_scenario",
-    "supported_prompt_modes",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: The middleware's prompt modes, the default first.
-PROMPT_MODES = ("splice", "render")
 _SESSION = "preflight"
 
 
@@ -69,27 +67,11 @@ class RecordingTrajectory(TrajectoryManager):
         return index
 
 
-def supported_prompt_modes() -> tuple[str, ...]:
-    """The prompt modes this middleware has (``render`` only before ``prompt_mode`` exists)."""
-    from agentrl.adapters.middleware import Middleware
-
-    if "prompt_mode" in inspect.signature(Middleware.__init__).parameters:
-        return PROMPT_MODES
-    return ("render",)
-
-
 def _mode_options(mode: str) -> dict[str, Any]:
     """The Middleware keyword arguments for ``mode``."""
     if mode not in PROMPT_MODES:
         raise PreflightError(f"prompt mode: expected one of {PROMPT_MODES}, got {mode!r}")
-    supported = supported_prompt_modes()
-    if mode not in supported:
-        raise PreflightError(
-            f"this middleware has no prompt_mode={mode!r} (Middleware(prompt_mode=...)); "
-            "run with --prompt-mode render"
-        )
-    # A middleware without prompt_mode always renders; where it exists, say the mode.
-    return {"prompt_mode": mode} if len(supported) > 1 else {}
+    return {"prompt_mode": mode}
 
 
 def _engine_calls(engine: ScriptedTokenEngine, sid: str) -> dict[int, EngineCall]:
