@@ -1,9 +1,15 @@
 """Replay every captured Claude Code / Codex request through the middleware.
 
-The scripted SGLang engine answers each request with the chat-template text of what the
-capture stub answered, so the replies can be compared with the stub's; ids the stub
-minted are swapped for the ids the middleware minted before later requests are sent,
-exactly as the real client would echo them.
+The scripted SGLang engine answers each request with what a Qwen3 thinking model samples
+for the capture stub's answer: the template's text for it as the last assistant message
+(``<think>\n`` + reasoning + ``\n</think>\n\n`` + content / tool calls + end of turn),
+with reasoning added or with the empty think block such a model writes. The replies are
+compared with the stub's; ids the stub minted are swapped for the ids the middleware
+minted before later requests are sent, exactly as the real client would echo them.
+
+Splice mode trains every sampled token once, one sample per conversation chain; render
+mode re-renders the history, and Qwen3's template drops the think blocks before the
+latest user text, so those turns are masked or forked.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import attrs
 import pytest
 from middleware_support import (
     PATH_REWRITES,
@@ -19,6 +26,7 @@ from middleware_support import (
     headers_for,
     load_requests,
     parse_reply,
+    render_assistant,
     scenario_dirs,
     scenario_id,
     stub_reply,
@@ -69,21 +77,6 @@ def _assistant_message(protocol: str, reply, chat) -> dict:
     return openai_chat.translate_assistant(reply, "reply")[0]
 
 
-def _engine_text(tokenizer, chat, assistant: dict) -> str:
-    """The template's text for ``assistant`` as it renders once more turns follow."""
-    before = tokenizer.apply_chat_template(
-        chat.messages, tools=chat.tools, add_generation_prompt=True, tokenize=False
-    )
-    after = tokenizer.apply_chat_template(
-        [*chat.messages, assistant, {"role": "user", "content": "next"}],
-        tools=chat.tools,
-        tokenize=False,
-    )
-    assert after.startswith(before)
-    tail = after[len(before) :]
-    return tail[: tail.index("<|im_end|>") + len("<|im_end|>")]
-
-
 def _ids_of(protocol: str, reply) -> list[str]:
     """Wire ids in reply order (tool_use ids / item ids and call ids / tool call ids)."""
     if protocol == "anthropic":
@@ -116,21 +109,88 @@ def _trained_runs(sample) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     return runs
 
 
-@pytest.mark.parametrize("prompt_mode", ["render", "splice"])
-@pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)
-async def test_captured_scenario_replays_with_exact_trajectory(
-    directory, prompt_mode, middleware, scripted_engine, qwen_tokenizer, http
-):
-    """A captured client session through the middleware: replies match, samples are token-exact.
+#: ``none``: each answer as captured (a Qwen3 thinking model still writes an empty think
+#: block); ``thinking``: each answer with reasoning, whitespace around it included.
+REASONING = ("none", "thinking")
 
-    These captures hold no reasoning, so a spliced prompt equals the full render too.
+
+def _reasoning(turn: int) -> str:
+    """The reasoning sampled for turn ``turn`` (spaces at both ends, a blank line inside)."""
+    return f"  Turn {turn}: read the request.\n\n  Then act.  "
+
+
+@attrs.define
+class Replay:
+    """One scenario replayed through the middleware: what the engine served and the samples."""
+
+    served: list
+    samples: list
+    #: Per served turn: the full render of the client's conversation, its replays restored.
+    rendered: list[list[int]]
+    #: Some request has user text after an assistant message (Qwen3 then drops earlier
+    #: think blocks when it renders the history).
+    user_text_after_assistant: bool
+
+    def sampled(self) -> int:
+        return sum(len(g.output_ids) for g in self.served)
+
+    def trained(self) -> int:
+        return sum(sum(s.loss_mask) for s in self.samples)
+
+    def turn_metadata(self) -> dict[int, dict]:
+        found = {}
+        for sample in self.samples:
+            for meta in sample.metadata["turn_metadata"].values():
+                found[meta["middleware_turn"]] = meta
+        return found
+
+
+def _template_ids(tokenizer, messages, tools) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _restored(chat, answers: list[dict], turn_of_id: dict[str, int]) -> list[dict]:
+    """The client's messages with each replayed answer put back as the engine sampled it.
+
+    An assistant message is the turn whose wire ids it replays, else the turn with its text.
+    """
+    messages = list(chat.messages)
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        turns = {turn_of_id[w] for i, w in chat.replayed_ids if i == index and w in turn_of_id}
+        if not turns:
+            text = (message.get("content") or "").strip()
+            turns = {t for t, a in enumerate(answers) if (a.get("content") or "").strip() == text}
+        assert len(turns) == 1, (index, message, turns)
+        messages[index] = answers[turns.pop()]
+    return messages
+
+
+def _user_text_after_assistant(messages) -> bool:
+    roles = [m.get("role") for m in messages]
+    return "assistant" in roles and "user" in roles[roles.index("assistant") :]
+
+
+async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> Replay:
+    """Send every captured request of ``directory``; the engine samples each stub answer.
+
+    The engine's completion is the template's text for the answer as the last assistant
+    message (with ``reasoning``'s reasoning, or an empty think block): what a Qwen3
+    thinking model samples there. The captured later requests carry the stub's answers
+    without reasoning (as a client that drops it), their wire ids swapped for ours.
     """
     name = scenario_id(directory)
     token = middleware.open_session(name)
     adapters = {a.name: a for a in all_adapters()}
     replacements = dict(PATH_REWRITES)
-    replies = 0
-    expected_prompts: list[list[int]] = []
+    answers: list[dict] = []
+    turn_of_id: dict[str, int] = {}
+    rendered: list[list[int]] = []
+    user_text = False
     for request in load_requests(directory):
         headers = headers_for(request, token)
         url = (
@@ -143,56 +203,111 @@ async def test_captured_scenario_replays_with_exact_trajectory(
         protocol = PROTOCOL_OF_PATH[request["path"]]
         body = _rewrite(request["body"], replacements)
         chat = adapters[protocol].parse_request(body, headers)
+        user_text = user_text or _user_text_after_assistant(chat.messages)
+        rendered.append(_template_ids(tokenizer, _restored(chat, answers, turn_of_id), chat.tools))
         expected_reply = _rewrite(stub_reply(request), PATH_REWRITES)
         expected = _assistant_message(protocol, expected_reply, chat)
-        scripted_engine.queue(_engine_text(qwen_tokenizer, chat, expected))
-        full_ids = qwen_tokenizer.apply_chat_template(
-            chat.messages, tools=chat.tools, add_generation_prompt=True, tokenize=True
-        )
-        expected_prompts.append(
-            list(full_ids["input_ids"] if hasattr(full_ids, "keys") else full_ids)
-        )
+        if reasoning == "thinking":
+            answer = {**expected, "reasoning_content": _reasoning(len(answers))}
+        else:
+            answer = expected
+        engine.queue(render_assistant(tokenizer, chat.messages, chat.tools, answer))
 
         async with http.post(url, json=body, headers=headers) as response:
             text = await response.text()
             assert response.status == 200, text
             assert response.headers["Content-Type"].startswith("text/event-stream")
         reply = parse_reply(protocol, text)
-        assert _assistant_message(protocol, reply, chat) == expected
+        seen = _assistant_message(protocol, reply, chat)
+        # The client sees the reasoning trimmed, unless it did not ask to see thinking.
+        shown = chat.context.get("thinking", "full") == "full"
+        visible = (answer.get("reasoning_content") or "").strip() if shown else ""
+        assert (seen.get("reasoning_content") or "") == visible
+        assert {k: v for k, v in seen.items() if k != "reasoning_content"} == expected
         stub_ids, our_ids = _ids_of(protocol, expected_reply), _ids_of(protocol, reply)
         assert len(stub_ids) == len(our_ids)
         replacements.update(zip(stub_ids, our_ids, strict=True))
-        replies += 1
-
-    served = scripted_engine.served
-    assert len(served) == replies
-    # The incrementally rendered prompts the engine got equal a full tokenization.
-    assert [list(g.input_ids) for g in served] == expected_prompts
+        turn_of_id.update(dict.fromkeys(our_ids, len(answers)))
+        # The middleware records (and restores replays to) the answer as sampled.
+        answers.append({**answer, "reasoning_content": answer.get("reasoning_content") or "\n\n"})
+    served = list(engine.served)
+    assert len(served) == len(answers)
     for generation in served:
         assert generation.routing_key == name
     samples = await middleware.finish_session(name, reward=1.0)
-    stats = middleware.splice_stats
-    if prompt_mode == "splice":
-        # Every turn that continues a chain splices; only first turns of chains render.
-        assert set(stats) == {"spliced", "new_chain"}, stats
-    else:
-        assert not stats
-    assert len(samples) == EXPECTED_SAMPLES[name]
-    trained = Counter(run for sample in samples for run in _trained_runs(sample))
-    assert trained == Counter((g.output_ids, g.logprobs) for g in served)
-    tool_response = qwen_tokenizer.convert_tokens_to_ids("<tool_response>")
-    for sample in samples:
+    return Replay(served, samples, rendered, user_text)
+
+
+def _check_samples(replay: Replay, tokenizer) -> None:
+    """Rewards, no tool response trained, every multi-turn chain replayed its turns."""
+    tool_response = tokenizer.convert_tokens_to_ids("<tool_response>")
+    for sample in replay.samples:
         assert sample.reward == 1.0
-        for token, mask in zip(
-            sample.tokens[sample.prompt_length :], sample.loss_mask, strict=True
-        ):
+        response = sample.tokens[sample.prompt_length :]
+        for token, mask in zip(response, sample.loss_mask, strict=True):
             assert not (mask and token == tool_response)
-    multi_turn = [s for s in samples if len(s.metadata["turns"]) > 1]
+    multi_turn = [s for s in replay.samples if len(s.metadata["turns"]) > 1]
     assert multi_turn, "every scenario has at least one chain with a tool round trip"
     for sample in multi_turn:
         assert tool_response in sample.tokens[sample.prompt_length :]
         later = [sample.metadata["turn_metadata"][t] for t in sample.metadata["turns"][1:]]
         assert all(meta["replayed_turns"] for meta in later), later
+
+
+@pytest.mark.parametrize("reasoning", REASONING)
+@pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)
+async def test_captured_scenario_splices_every_sampled_token_into_one_sample_per_chain(
+    directory, reasoning, middleware, scripted_engine, qwen_tokenizer, http
+):
+    """Splice mode: every sampled token trains exactly once, one sample per conversation chain.
+
+    Every turn that continues a chain is spliced onto it (its prompt is the chain's exact
+    ids so far); a chain's first turn is the full template render of the conversation.
+    """
+    replay = await _replay(directory, reasoning, middleware, scripted_engine, qwen_tokenizer, http)
+    assert set(middleware.splice_stats) == {"spliced", "new_chain"}, middleware.splice_stats
+    assert len(replay.samples) == EXPECTED_SAMPLES[scenario_id(directory)]
+    trained = Counter(run for sample in replay.samples for run in _trained_runs(sample))
+    assert trained == Counter((g.output_ids, g.logprobs) for g in replay.served)
+    assert replay.trained() == replay.sampled()
+    metadata = replay.turn_metadata()
+    assert sorted(metadata) == list(range(len(replay.served)))
+    for turn, generation in enumerate(replay.served):
+        meta = metadata[turn]
+        if meta["prompt_mode"] == "render":
+            assert meta["splice_fallback"] == "new_chain"
+            assert list(generation.input_ids) == replay.rendered[turn]
+        else:
+            base = replay.served[meta["spliced_on_turn"]]
+            chain = [*base.input_ids, *base.output_ids]
+            assert list(generation.input_ids[: len(chain)]) == chain
+    _check_samples(replay, qwen_tokenizer)
+
+
+@pytest.mark.parametrize("prompt_mode", ["render"])
+@pytest.mark.parametrize("reasoning", REASONING)
+@pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)
+async def test_captured_scenario_in_render_mode_loses_thinking_dropped_by_later_user_text(
+    directory, reasoning, prompt_mode, middleware, scripted_engine, qwen_tokenizer, http
+):
+    """Render mode: prompts are the full template render; yield drops where Qwen3 drops thinking.
+
+    Each prompt equals ``apply_chat_template`` of the conversation with its replays put back
+    as sampled. Where a request has user text after an assistant turn, Qwen3's template
+    drops that turn's think block (even an empty one), so the re-rendered history differs
+    from what was sampled and fewer tokens train; otherwise every sampled token trains.
+    """
+    replay = await _replay(directory, reasoning, middleware, scripted_engine, qwen_tokenizer, http)
+    assert not middleware.splice_stats
+    assert [list(g.input_ids) for g in replay.served] == replay.rendered
+    chains = EXPECTED_SAMPLES[scenario_id(directory)]
+    if replay.user_text_after_assistant:
+        # The drifted history is masked (REALIGN) or starts another sample (FORK).
+        assert replay.trained() < replay.sampled() or len(replay.samples) > chains
+    else:
+        assert replay.trained() == replay.sampled()
+        assert len(replay.samples) == chains
+        _check_samples(replay, qwen_tokenizer)
 
 
 @pytest.mark.parametrize("directory", SCENARIOS, ids=scenario_id)

@@ -171,7 +171,13 @@ def stub_reply(request: dict[str, Any]) -> Any:
 
 
 def render_assistant(tokenizer, messages, tools, assistant) -> str:
-    """The chat template's exact text for ``assistant`` after ``messages`` (ending <|im_end|>)."""
+    """What the model samples for ``assistant`` after ``messages``: the template's text for it.
+
+    The conversation is rendered with ``assistant`` as its last message (so a thinking
+    template keeps its reasoning, as a thinking model writes it) and the part after the
+    generation prompt is taken, up to and including the last special token in it (the end
+    of turn the engine returns; what the template writes after that is not sampled).
+    """
     before = tokenizer.apply_chat_template(
         messages, tools=tools, add_generation_prompt=True, tokenize=False
     )
@@ -180,8 +186,12 @@ def render_assistant(tokenizer, messages, tools, assistant) -> str:
     )
     _check(after.startswith(before), "the template rewrote history when a turn was appended")
     text = after[len(before) :]
-    end = text.rindex("<|im_end|>") + len("<|im_end|>")
-    return text[:end]
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    ends = [i for i, token in enumerate(ids) if token in special]
+    _check(ends, f"no end-of-turn token in the template's assistant text {text!r}")
+    end_token = tokenizer.convert_ids_to_tokens(ids[ends[-1]])
+    return text[: text.rindex(end_token) + len(end_token)]
 
 
 def headers_for(request: dict[str, Any], token: str) -> dict[str, str]:
