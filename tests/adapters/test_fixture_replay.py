@@ -110,8 +110,11 @@ def _trained_runs(sample) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
 
 
 #: ``none``: each answer as captured (a Qwen3 thinking model still writes an empty think
-#: block); ``thinking``: each answer with reasoning, whitespace around it included.
-REASONING = ("none", "thinking")
+#: block); ``thinking``: each answer with reasoning, whitespace around it included, which
+#: the captured later requests do not carry (a client that drops it); ``echoed``: the same,
+#: with the reasoning the client was shown sent back (Claude Code's thinking blocks,
+#: Codex's reasoning items) in later requests.
+REASONING = ("none", "thinking", "echoed")
 
 
 def _reasoning(turn: int) -> str:
@@ -130,6 +133,8 @@ class Replay:
     #: Some request has user text after an assistant message (Qwen3 then drops earlier
     #: think blocks when it renders the history).
     user_text_after_assistant: bool
+    #: Replayed assistant messages that carried reasoning.
+    echoed: int = 0
 
     def sampled(self) -> int:
         return sum(len(g.output_ids) for g in self.served)
@@ -170,6 +175,45 @@ def _restored(chat, answers: list[dict], turn_of_id: dict[str, int]) -> list[dic
     return messages
 
 
+def _reasoning_parts(protocol: str, reply) -> tuple[list, set[str]]:
+    """The reply's reasoning parts (thinking blocks / reasoning items) and its other ids."""
+    if protocol == "anthropic":
+        blocks = reply["content"]
+        parts = [b for b in blocks if b["type"] == "thinking" and b["thinking"]]
+        keys = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        keys |= {b["text"] for b in blocks if b["type"] == "text"}
+        return parts, keys
+    if protocol == "openai_responses":
+        parts = [i for i in reply["output"] if i["type"] == "reasoning"]
+        keys = {i["call_id"] for i in reply["output"] if "call_id" in i}
+        keys |= {i["id"] for i in reply["output"] if i["type"] == "message"}
+        return parts, keys
+    return [], set()
+
+
+def _echo(protocol: str, body: dict, echoes: list[tuple[list, set[str]]]) -> dict:
+    """``body`` with each replayed answer's reasoning put back before it, as the client would."""
+    if protocol == "anthropic":
+        for message in body["messages"]:
+            content = message["content"]
+            if message["role"] != "assistant" or not isinstance(content, list):
+                continue
+            keys = {b.get("id") for b in content} | {b.get("text") for b in content}
+            for parts, ours in echoes:
+                if ours & keys and not any(b["type"] == "thinking" for b in content):
+                    message["content"] = [*parts, *content]
+    elif protocol == "openai_responses":
+        items = []
+        for item in body["input"]:
+            for parts, ours in echoes:
+                if ours and (item.get("call_id") in ours or item.get("id") in ours):
+                    items += parts
+                    ours.clear()  # before the answer's first item only
+            items.append(item)
+        body = {**body, "input": items}
+    return body
+
+
 def _user_text_after_assistant(messages) -> bool:
     roles = [m.get("role") for m in messages]
     return "assistant" in roles and "user" in roles[roles.index("assistant") :]
@@ -181,7 +225,8 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
     The engine's completion is the template's text for the answer as the last assistant
     message (with ``reasoning``'s reasoning, or an empty think block): what a Qwen3
     thinking model samples there. The captured later requests carry the stub's answers
-    without reasoning (as a client that drops it), their wire ids swapped for ours.
+    without reasoning (as a client that drops it; ``echoed`` puts back the reasoning the
+    client was shown), their wire ids swapped for ours.
     """
     name = scenario_id(directory)
     token = middleware.open_session(name)
@@ -189,6 +234,8 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
     replacements = dict(PATH_REWRITES)
     answers: list[dict] = []
     turn_of_id: dict[str, int] = {}
+    echoes: list[tuple[list, set[str]]] = []
+    echoed = 0
     rendered: list[list[int]] = []
     user_text = False
     for request in load_requests(directory):
@@ -202,12 +249,15 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
             continue
         protocol = PROTOCOL_OF_PATH[request["path"]]
         body = _rewrite(request["body"], replacements)
+        if reasoning == "echoed":
+            body = _echo(protocol, body, [(p, set(k)) for p, k in echoes])
         chat = adapters[protocol].parse_request(body, headers)
         user_text = user_text or _user_text_after_assistant(chat.messages)
+        echoed += sum(bool(m.get("reasoning_content")) for m in chat.messages)
         rendered.append(_template_ids(tokenizer, _restored(chat, answers, turn_of_id), chat.tools))
         expected_reply = _rewrite(stub_reply(request), PATH_REWRITES)
         expected = _assistant_message(protocol, expected_reply, chat)
-        if reasoning == "thinking":
+        if reasoning != "none":
             answer = {**expected, "reasoning_content": _reasoning(len(answers))}
         else:
             answer = expected
@@ -228,6 +278,7 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
         assert len(stub_ids) == len(our_ids)
         replacements.update(zip(stub_ids, our_ids, strict=True))
         turn_of_id.update(dict.fromkeys(our_ids, len(answers)))
+        echoes.append(_reasoning_parts(protocol, reply))
         # The middleware records (and restores replays to) the answer as sampled.
         answers.append({**answer, "reasoning_content": answer.get("reasoning_content") or "\n\n"})
     served = list(engine.served)
@@ -235,7 +286,7 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
     for generation in served:
         assert generation.routing_key == name
     samples = await middleware.finish_session(name, reward=1.0)
-    return Replay(served, samples, rendered, user_text)
+    return Replay(served, samples, rendered, user_text, echoed)
 
 
 def _check_samples(replay: Replay, tokenizer) -> None:
@@ -265,6 +316,9 @@ async def test_captured_scenario_splices_every_sampled_token_into_one_sample_per
     ids so far); a chain's first turn is the full template render of the conversation.
     """
     replay = await _replay(directory, reasoning, middleware, scripted_engine, qwen_tokenizer, http)
+    # Chat Completions clients (Codex 0.94) send no reasoning back.
+    echoes = reasoning == "echoed" and "wire_api_chat" not in scenario_id(directory)
+    assert (replay.echoed > 0) == echoes
     assert set(middleware.splice_stats) == {"spliced", "new_chain"}, middleware.splice_stats
     assert len(replay.samples) == EXPECTED_SAMPLES[scenario_id(directory)]
     trained = Counter(run for sample in replay.samples for run in _trained_runs(sample))
