@@ -6,15 +6,23 @@ earlier ``<think>`` blocks once a later user message exists) and the scripted en
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 
+import aiohttp
+import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentrl.adapters.middleware import Middleware
 from agentrl.adapters.rendering import render_full
-from agentrl.adapters.splice import SpliceLedger, SplicePlan, Splicer
-from agentrl.testing.stack import started_middleware
+from agentrl.adapters.splice import FALLBACK_REASONS, SpliceLedger, SplicePlan, Splicer
+from agentrl.preflight.clients import CLIENTS
+from agentrl.preflight.engine import ScriptedCompletion, ScriptedTokenEngine
+from agentrl.preflight.scenarios import ModelTurn, ToolUse, completion_text
+from agentrl.testing.stack import qwen_parsers, started_middleware
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 
 pytest_plugins = ("middleware_fixtures",)
@@ -423,3 +431,221 @@ def test_property_a_spliced_session_trains_every_sampled_token_once_in_one_sampl
     (sample,) = manager.get_trajectory("s")
     assert sum(sample.loss_mask) == sampled
     assert sample.tokens == tuple(prompt_ids) + tuple(output)
+
+
+# -- a property over whole sessions through the real middleware -------------------------
+
+#: The HTTP property's example count (``AGENTRL_HYPOTHESIS_EXAMPLES`` overrides it): each
+#: example starts a middleware and drives several streamed turns.
+HTTP_PROPERTY = settings(
+    max_examples=int(os.environ.get("AGENTRL_HYPOTHESIS_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@attrs.frozen
+class GeneratedTurn:
+    """One main-agent turn: what the model samples; whether the client rewrites its replay."""
+
+    model: ModelTurn
+    rewrite: bool = False
+
+
+@attrs.frozen
+class GeneratedSession:
+    """A session: its protocol, its main turns, where a sub-agent runs and where it compacts."""
+
+    protocol: str
+    user_text: bool
+    turns: tuple[GeneratedTurn, ...]
+    subagent_after: int | None
+    compact_before: int | None
+
+
+def _shell(i: int, j: int) -> ToolUse:
+    arguments = {"description": f"step {i}.{j}", "command": f"ls d{i}{j}"}
+    return ToolUse(tool="shell", arguments=arguments, result=f"out {i}.{j}")
+
+
+@st.composite
+def http_sessions(draw):
+    """Reasoning on/off/empty, whitespace, user text every turn or never, parallel calls,
+    rewritten replays, length cuts, a sub-agent chain and a compaction."""
+    user_text = draw(st.booleans())
+    count = draw(st.integers(2, 5))
+    turns = []
+    for i in range(count):
+        final = i == count - 1
+        calls = 0 if final else draw(st.integers(0 if user_text else 1, 2))
+        reasoning = draw(st.sampled_from([None, "", f"think {i}"]))
+        # A cut inside a non-empty thought (the only cut that leaves the reply something of
+        # its own to replay; see the note on ``text``).
+        cut = None if final or not reasoning else draw(st.sampled_from([None, None, 4]))
+        model = ModelTurn(
+            reasoning=reasoning,
+            # A reply without calls says something of its own: two empty replies, one with
+            # an empty think block, replay alike and no wire id tells them apart.
+            text=draw(st.sampled_from(["", f"step {i}"])) if calls else f"step {i}",
+            calls=tuple(_shell(i, j) for j in range(calls)),
+            padding=draw(st.sampled_from(["", "  ", "\n "])),
+            cut_after=cut,
+        )
+        turns.append(GeneratedTurn(model, rewrite=bool(calls) and draw(st.booleans())))
+    return GeneratedSession(
+        protocol=draw(st.sampled_from(["anthropic", "openai_responses"])),
+        user_text=user_text,
+        turns=tuple(turns),
+        subagent_after=draw(st.none() | st.integers(0, count - 2)),
+        compact_before=draw(st.none() | st.integers(1, count - 1)),
+    )
+
+
+def _rewritten(item: dict) -> dict:
+    """``item`` as a client that rewrites its replay sends it: text trimmed, tool input keys
+    reversed and a default added (each carries the wire id the middleware minted)."""
+    item = json.loads(json.dumps(item))
+    if item.get("type") == "text":
+        item["text"] = item["text"].strip()
+    elif item.get("type") == "tool_use":
+        item["input"] = {**dict(reversed(list(item["input"].items()))), "timeout": 120}
+    elif item.get("type") == "function_call":
+        arguments = json.loads(item["arguments"])
+        item["arguments"] = json.dumps({**dict(reversed(list(arguments.items()))), "timeout": 120})
+    elif item.get("role") == "assistant" and isinstance(item.get("content"), list):
+        item["content"] = [_rewritten(block) for block in item["content"]]
+    return item
+
+
+class HttpSessionDriver:
+    """Plays a :class:`GeneratedSession` through a started middleware; records what it expects."""
+
+    def __init__(self, session, client, engine, http, url, token) -> None:
+        self.session, self.client, self.engine = session, client, engine
+        self.http, self.url, self.token = http, url, token
+        #: The splice fallback each request must get (None: spliced), in turn order.
+        self.expected: list[str | None] = []
+
+    async def post(self, conversation, model: ModelTurn, expect: str | None):
+        self.engine.queue(
+            ScriptedCompletion(
+                text=completion_text(model, self.client.tool_names), cut_after=model.cut_after
+            )
+        )
+        self.expected.append(expect)
+        async with self.http.post(
+            self.url + self.client.path,
+            json=self.client.body(conversation),
+            headers=self.client.headers(self.token, conversation),
+        ) as response:
+            text = await response.text()
+            assert response.status == 200, text
+        return self.client.parse_reply(text)
+
+    async def answer(self, conversation, model: ModelTurn, reply, *, rewrite=False, user=False):
+        """Append the replay (rewritten if asked), the tool results and any user text."""
+        start = len(conversation.items)
+        self.client.add_reply(conversation, reply, reorder_keys=False)
+        if rewrite:
+            conversation.items[start:] = [_rewritten(i) for i in conversation.items[start:]]
+        results = [(call, f"result of {call.call_id[-6:]}") for call in reply.calls]
+        text = "More, please." if user or not results else None
+        self.client.add_results(conversation, results, text)
+        return start
+
+    async def subagent(self) -> None:
+        conversation = self.client.new_conversation("List the tests.", subagent=True)
+        first = ModelTurn(reasoning="sub", calls=(_shell(9, 0),))
+        reply = await self.post(conversation, first, "new_chain")
+        await self.answer(conversation, first, reply)
+        await self.post(conversation, ModelTurn(text="Two tests."), None)
+
+    async def run(self) -> None:
+        conversation = self.client.new_conversation("Fix the bug.", subagent=False)
+        last_reply = 0
+        for index, turn in enumerate(self.session.turns):
+            expect = "new_chain" if index == 0 else None
+            if index == self.session.compact_before:
+                summary = self.client.new_conversation("Summary: ls was run.", subagent=False)
+                conversation.items = summary.items + conversation.items[last_reply:]
+                expect = "history_changed"
+            reply = await self.post(conversation, turn.model, expect)
+            if index == len(self.session.turns) - 1:
+                break
+            last_reply = await self.answer(
+                conversation, turn.model, reply, rewrite=turn.rewrite, user=self.session.user_text
+            )
+            if index == self.session.subagent_after:
+                await self.subagent()
+
+
+async def drive_http_session(tokenizer, session: GeneratedSession):
+    """Run ``session`` through a fresh splice-mode middleware; (driver, engine, samples)."""
+    engine = ScriptedTokenEngine(tokenizer)
+    tool_parser, reasoning_parser = qwen_parsers()
+    middleware = Middleware(
+        engine=engine,
+        tokenizer=tokenizer,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
+        trajectory=TrajectoryManager(),
+        adapters=[session.protocol],
+    )
+    await middleware.start(host="127.0.0.1", port=0)
+    try:
+        token = middleware.open_session("prop")
+        async with aiohttp.ClientSession(trust_env=False) as http:
+            client = CLIENTS[session.protocol]()
+            driver = HttpSessionDriver(session, client, engine, http, middleware.url, token)
+            await driver.run()
+        samples = await middleware.finish_session("prop", reward=1.0, max_sample_tokens=0)
+    finally:
+        await middleware.close()
+    return driver, engine, samples
+
+
+@HTTP_PROPERTY
+@given(http_sessions())
+def test_property_whole_sessions_train_every_sampled_token_once(qwen_tokenizer, session):
+    """Generated Claude Code / Codex sessions through the real middleware, splice mode.
+
+    Reasoning on, off or empty, whitespace around it and the text, user text every turn or
+    never, parallel tool calls, outputs cut by ``length``, replays the client rewrote
+    (trimmed text, re-ordered and added tool inputs: restored through the minted wire ids),
+    a sub-agent chain and a compaction (history replaced by a summary). Properties:
+
+    - each request splices unless a documented fallback fired where one must (a chain's
+      first turn: ``new_chain``; the compacted request: ``history_changed``), and a new
+      sample starts exactly at each fallback;
+    - every sample's tokens are exactly the prompt ids the engine received for its last
+      turn plus that turn's output, each earlier turn's prompt + output a prefix of it;
+    - the loss mask is 1 exactly on the sampled tokens, so every sampled token trains once.
+    """
+    driver, engine, samples = asyncio.run(drive_http_session(qwen_tokenizer, session))
+    calls = engine.calls
+    assert len(calls) == len(driver.expected) and engine.pending() == 0
+    metadata = {}
+    for sample in samples:
+        for meta in sample.metadata["turn_metadata"].values():
+            metadata[meta["middleware_turn"]] = meta
+    assert sorted(metadata) == list(range(len(calls)))
+    fallbacks = [metadata[t].get("splice_fallback") for t in range(len(calls))]
+    assert fallbacks == driver.expected
+    assert set(filter(None, fallbacks)) <= set(FALLBACK_REASONS)
+    assert len(samples) == sum(1 for reason in fallbacks if reason)
+    trained = 0
+    for sample in samples:
+        turns = sorted(m["middleware_turn"] for m in sample.metadata["turn_metadata"].values())
+        assert fallbacks[turns[0]] and not any(fallbacks[t] for t in turns[1:]), turns
+        last = calls[turns[-1]]
+        assert sample.tokens == last.input_ids + last.output_ids
+        mask = [0] * len(sample.tokens)
+        for turn in turns:
+            call = calls[turn]
+            assert sample.tokens[: len(call.input_ids)] == call.input_ids
+            end = len(call.input_ids) + len(call.output_ids)
+            assert sample.tokens[len(call.input_ids) : end] == call.output_ids
+            mask[len(call.input_ids) : end] = [1] * len(call.output_ids)
+        assert list(sample.loss_mask) == mask[sample.prompt_length :]
+        trained += sum(sample.loss_mask)
+    assert trained == sum(len(call.output_ids) for call in calls)

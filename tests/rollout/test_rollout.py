@@ -11,6 +11,8 @@ the Qwen3 tokenizer and chat template, bubblewrap, the CLIs from npm
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,9 @@ from rollout_support import (
     RUN_TESTS,
     SANDBOX_PORT,
     claude_solution,
+    claude_thinking_solution,
     codex_solution,
+    codex_thinking_solution,
     tool_call,
 )
 
@@ -36,6 +40,7 @@ from agentrl.harnesses.codex import CodexHarness
 from agentrl.rollout import DEFAULT_PROMPT, RolloutConfig, RolloutResult, render_prompt, run_rollout
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.testing.scripted_engine import ScriptedReply
+from agentrl.testing.stack import started_middleware
 from agentrl.types import Outcome, Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,6 +176,155 @@ async def test_claude_code_rewritten_replays_still_train_every_token(
     ]
     assert restored, "Claude Code replayed its history verbatim; the rewrite was not exercised"
     assert_trained_tokens_were_sampled(result, scripted_engine, result.session_id)
+
+
+class HookedClaudeCode(ClaudeCodeHarness):
+    """Claude Code with a ``PostToolUse`` hook that adds context after every tool call.
+
+    Claude Code sends the hook's ``additionalContext`` as a ``<system-reminder>`` text
+    block next to the tool result: new user text on every turn, as a user steering the
+    agent mid-session would send it.
+    """
+
+    CONTEXT = "Keep changes minimal."
+
+    def config_files(self, ctx):
+        files = super().config_files(ctx)
+        path = f"{self.home}/.claude/settings.json"
+        settings = json.loads(files[path])
+        output = {"hookSpecificOutput": {"hookEventName": "PostToolUse"}}
+        output["hookSpecificOutput"]["additionalContext"] = self.CONTEXT
+        hook = {"type": "command", "command": f"echo '{json.dumps(output)}'"}
+        settings["hooks"] = {"PostToolUse": [{"matcher": "", "hooks": [hook]}]}
+        files[path] = json.dumps(settings, indent=2) + "\n"
+        return files
+
+
+@pytest.fixture
+async def render_middleware(agentrl_sglang_engine, qwen_tokenizer):
+    """A second middleware in ``render`` mode, in front of the same scripted engine."""
+    with tempfile.TemporaryDirectory(prefix="agentrl-mw-") as scratch:
+        async with started_middleware(
+            agentrl_sglang_engine,
+            qwen_tokenizer,
+            unix_path=f"{scratch}/mw.sock",
+            prompt_mode="render",
+        ) as render:
+            yield render
+
+
+def trained_and_sampled(result: RolloutResult, engine) -> tuple[int, int]:
+    """Tokens the result's samples train, and tokens the engine sampled for its session."""
+    served = [s for s in engine.served if s.routing_key == result.session_id]
+    return sum(sum(s.loss_mask) for s in result.samples), sum(len(s.output_ids) for s in served)
+
+
+def turn_meta(result: RolloutResult) -> dict[int, dict]:
+    """Each middleware turn's metadata, over the result's samples."""
+    return {
+        meta["middleware_turn"]: meta
+        for sample in result.samples
+        for meta in sample.metadata["turn_metadata"].values()
+    }
+
+
+async def both_modes(task, harness, solution, middleware, render, engine):
+    """The same scripted run through the splice middleware, then the render one."""
+    results = []
+    for mode, front in (("splice", middleware), ("render", render)):
+        for reply in solution:
+            engine.queue(reply)
+        result = await rollout(task, harness, Sandboxes(front), front, session_id=f"{mode}-run")
+        assert result.outcome is Outcome.SOLVED, (mode, result.error, result.agent_log[-2000:])
+        assert engine.pending() == 0 and result.turns == len(solution)
+        results.append(result)
+    return results
+
+
+def assert_spliced_into_one_sample(result: RolloutResult, engine) -> None:
+    """One sample, every sampled token trained, its tokens the last prompt plus its output."""
+    trained, sampled = trained_and_sampled(result, engine)
+    assert len(result.samples) == 1 and trained == sampled
+    last = [s for s in engine.served if s.routing_key == result.session_id][-1]
+    assert result.samples[0].tokens == last.input_ids + last.output_ids
+    meta = turn_meta(result)
+    assert meta[0]["splice_fallback"] == "new_chain"
+    assert [meta[t]["prompt_mode"] for t in sorted(meta)[1:]] == ["splice"] * (len(meta) - 1)
+    assert_trained_tokens_were_sampled(result, engine, result.session_id)
+
+
+@pytest.mark.slow
+async def test_claude_code_thinking_and_reordered_inputs_train_every_token(
+    task, sandboxes, middleware, render_middleware, scripted_engine
+):
+    """Thinking, whitespace around it and the text, and Read/Edit/Bash inputs out of schema
+    order: splice mode trains every sampled token in one sample.
+
+    Claude Code replays each reply re-ordered (restored through the minted wire ids). In a
+    headless run it sends only tool results between turns, so Qwen3's template keeps the
+    thinking and render mode, with the restored replays, trains every token too: equal.
+    """
+    splice, render = await both_modes(
+        task,
+        sandboxes.harness("claude_code"),
+        claude_thinking_solution(),
+        middleware,
+        render_middleware,
+        scripted_engine,
+    )
+    assert_spliced_into_one_sample(splice, scripted_engine)
+    restored = [i for meta in turn_meta(splice).values() for i in meta["restored_replays"]]
+    assert restored, "Claude Code replayed its history verbatim; the re-ordering was not exercised"
+    assert trained_and_sampled(render, scripted_engine) == trained_and_sampled(
+        splice, scripted_engine
+    )
+
+
+@pytest.mark.slow
+async def test_claude_code_new_user_text_every_turn_trains_every_token_only_when_spliced(
+    task, sandboxes, middleware, render_middleware, scripted_engine
+):
+    """A hook's context (new user text) after every tool result, with thinking each turn.
+
+    Splice mode: one sample, every sampled token trained. Render mode: Qwen3's template
+    drops every earlier ``<think>`` once a later user message exists, so each turn
+    realigns the previous ones and only the last turn's tokens train.
+    """
+    harness = HookedClaudeCode(
+        cli_path=sandboxes.cli_paths["claude_code"], extra_args=(), extra_env={}
+    )
+    splice, render = await both_modes(
+        task, harness, claude_thinking_solution(), middleware, render_middleware, scripted_engine
+    )
+    last_prompt = scripted_engine.tokenizer.decode(list(scripted_engine.served[3].input_ids))
+    assert last_prompt.count(HookedClaudeCode.CONTEXT) == 3, "the hook's context was not sent"
+    assert_spliced_into_one_sample(splice, scripted_engine)
+    trained, sampled = trained_and_sampled(render, scripted_engine)
+    last = [s for s in scripted_engine.served if s.routing_key == render.session_id][-1]
+    assert trained == len(last.output_ids) < sampled
+
+
+@pytest.mark.slow
+async def test_codex_thinking_trains_every_token(
+    task, sandboxes, middleware, render_middleware, scripted_engine
+):
+    """Codex with thinking, whitespace and ``workdir`` before ``cmd``: all trained, spliced.
+
+    Codex sends only function-call outputs between turns, so Qwen3 keeps the thinking and
+    render mode (exact sampled text kept in the recorded messages) trains every token too.
+    """
+    splice, render = await both_modes(
+        task,
+        sandboxes.harness("codex"),
+        codex_thinking_solution(),
+        middleware,
+        render_middleware,
+        scripted_engine,
+    )
+    assert_spliced_into_one_sample(splice, scripted_engine)
+    assert trained_and_sampled(render, scripted_engine) == trained_and_sampled(
+        splice, scripted_engine
+    )
 
 
 async def test_claude_code_solves_the_example_task(task, sandboxes, middleware, scripted_engine):

@@ -77,6 +77,72 @@ def codex_solution() -> list[str]:
     ]
 
 
+#: Whitespace a policy put around its thinking and its text (the parser must keep it).
+PAD = "  "
+
+
+def thinking(thought: str, answer: str) -> str:
+    """``answer`` after a thinking block, as a Qwen3 thinking model samples a turn.
+
+    The thought and the text start and end with :data:`PAD`, the whitespace a model
+    sometimes samples there, which a re-rendered history would strip.
+    """
+    return f"<think>\n{PAD}{thought}{PAD}\n</think>\n\n{answer}"
+
+
+def claude_thinking_solution() -> list[str]:
+    """:func:`claude_solution` as a thinking model samples it, tool input keys out of order.
+
+    Each turn thinks first; text is padded with whitespace; the Read, Edit and Bash inputs
+    come in a key order other than their schema's (``limit`` before ``file_path``,
+    ``new_string`` first, ``description`` before ``command``), which Claude Code re-orders
+    when it replays them.
+    """
+    return [
+        thinking(
+            "The bug report is about splitting words.",
+            f"{PAD}Let me look at how words are split.{PAD}\n"
+            + tool_call("Read", limit=200, file_path=CORE),
+        ),
+        thinking(
+            "split(' ') keeps empty tokens; split() does not.",
+            tool_call(
+                "Edit",
+                new_string=FIXED,
+                old_string=BUGGY,
+                file_path=CORE,
+                replace_all=False,
+            ),
+        ),
+        thinking(
+            "Now run the tests.",
+            tool_call("Bash", description="Run the tests", command=RUN_TESTS),
+        ),
+        thinking("The tests pass.", f"{PAD}{DONE}{PAD}"),
+    ]
+
+
+def codex_thinking_solution() -> list[str]:
+    """:func:`codex_solution` as a thinking model samples it, ``workdir`` before ``cmd``."""
+    return [
+        thinking(
+            "Read the module first.",
+            f"{PAD}Reading the module.{PAD}\n"
+            + tool_call("exec_command", workdir="/workspace", cmd="cat textstats/core.py"),
+        ),
+        thinking(
+            "split(' ') keeps empty tokens.",
+            tool_call(
+                "exec_command",
+                workdir="/workspace",
+                cmd=f"apply_patch <<'EOF'\n{CODEX_PATCH}\nEOF",
+            ),
+        ),
+        thinking("Run the tests.", tool_call("exec_command", workdir="/workspace", cmd=RUN_TESTS)),
+        thinking("The tests pass.", f"{PAD}{DONE}{PAD}"),
+    ]
+
+
 def FakeSample(reward: float = 1.0) -> TrainingSample:
     """A small real training sample: two prompt tokens, two trained response tokens."""
     return TrainingSample(
