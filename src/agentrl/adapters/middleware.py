@@ -25,7 +25,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from aiohttp import web
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 
+_T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -57,6 +58,23 @@ def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
     if isinstance(parser, str):
         parser = lookup(parser)
     return parser() if isinstance(parser, type) else parser
+
+
+class _FromTurns(Generic[_T]):
+    """A read-only attribute of the middleware that is its turn pipeline's attribute."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _FromTurns[_T]: ...
+    @overload
+    def __get__(self, obj: Middleware, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: Middleware | None, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.turns, self.name)
+
+    def __set__(self, obj: Middleware, value: object) -> None:
+        raise AttributeError(f"Middleware.{self.name} is read-only (set it on construction)")
 
 
 class Middleware:
@@ -109,50 +127,24 @@ class Middleware:
         self.unix_path: str | None = None
         self.app = self._build_app()
 
-    @property
-    def engine(self) -> Engine:
-        """The inference engine every turn calls (the caller's to close)."""
-        return self.turns.engine
-
-    @property
-    def tokenizer(self) -> PreTrainedTokenizerBase:
-        """The tokenizer whose chat template renders every prompt."""
-        return self.turns.tokenizer
-
-    @property
-    def tool_parser(self) -> ToolCallParser | None:
-        """The parser that finds tool calls in the sampled text (None: no tool calls)."""
-        return self.turns.tool_parser
-
-    @property
-    def reasoning_parser(self) -> ReasoningParser | None:
-        """The parser that splits reasoning out of the sampled text (None: no reasoning)."""
-        return self.turns.reasoning_parser
-
-    @property
-    def trajectory(self) -> TrajectoryManager:
-        """Where every recorded turn goes; samples come out of it at finish."""
-        return self.turns.trajectory
-
-    @property
-    def chat_template_kwargs(self) -> dict[str, Any]:
-        """Extra keyword arguments for the chat template."""
-        return self.turns.chat_template_kwargs
-
-    @property
-    def incremental_render(self) -> bool:
-        """False renders and tokenizes every prompt from scratch (the reference behaviour)."""
-        return self.turns.incremental_render
-
-    @property
-    def prompt_mode(self) -> str:
-        """``splice``: extend each chain's exact ids; ``render``: render every prompt in full."""
-        return self.turns.prompt_mode
-
-    @property
-    def splice_stats(self) -> collections.Counter[str]:
-        """Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted."""
-        return self.turns.splice_stats
+    #: The inference engine every turn calls (the caller's to close).
+    engine: _FromTurns[Engine] = _FromTurns()
+    #: The tokenizer whose chat template renders every prompt.
+    tokenizer: _FromTurns[PreTrainedTokenizerBase] = _FromTurns()
+    #: The parser that finds tool calls in the sampled text (None: no tool calls).
+    tool_parser: _FromTurns[ToolCallParser | None] = _FromTurns()
+    #: The parser that splits reasoning out of the sampled text (None: no reasoning).
+    reasoning_parser: _FromTurns[ReasoningParser | None] = _FromTurns()
+    #: Where every recorded turn goes; samples come out of it at finish.
+    trajectory: _FromTurns[TrajectoryManager] = _FromTurns()
+    #: Extra keyword arguments for the chat template.
+    chat_template_kwargs: _FromTurns[dict[str, Any]] = _FromTurns()
+    #: False renders and tokenizes every prompt from scratch (the reference behaviour).
+    incremental_render: _FromTurns[bool] = _FromTurns()
+    #: ``splice``: extend each chain's exact ids; ``render``: render every prompt in full.
+    prompt_mode: _FromTurns[str] = _FromTurns()
+    #: Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted.
+    splice_stats: _FromTurns[collections.Counter[str]] = _FromTurns()
 
     @property
     def timings(self) -> collections.deque[TurnTiming]:

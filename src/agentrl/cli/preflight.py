@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentrl.cli.options import parser_options
+
 if TYPE_CHECKING:
     from agentrl.preflight import SessionReport
 
@@ -142,15 +144,7 @@ def _print_tables(results: Mapping[str, Sequence[SessionReport]]) -> None:
     help="Tokenizer directory with the chat template "
     "[default: the bundled Qwen3 fixture tokenizer].",
 )
-@click.option(
-    "--tool-parser", default="hermes", show_default=True, help="Tool-call parser ('' for none)."
-)
-@click.option(
-    "--reasoning-parser",
-    default="qwen3",
-    show_default=True,
-    help="Reasoning parser ('' for none).",
-)
+@parser_options(reasoning_default="qwen3")
 @click.option(
     "--harness", default=None, help="Speak this harness's protocol [default: claude_code]."
 )

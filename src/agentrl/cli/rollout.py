@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from agentrl import plugins
+from agentrl.cli.options import parser_options, prompt_mode_option
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
@@ -127,16 +128,8 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @click.option("--engine-url", help="SGLang (router) URL, for --engine sglang.")
 @click.option("--model-path", type=click.Path(file_okay=False), help="Local model directory.")
 @click.option("--tokenizer", type=click.Path(file_okay=False), help="Local tokenizer directory.")
-@click.option("--tool-parser", default="hermes", show_default=True, help="Tool-call parser.")
-@click.option("--reasoning-parser", default=None, help="Reasoning parser (e.g. qwen3).")
-@click.option(
-    "--prompt-mode",
-    type=click.Choice(["splice", "render"]),
-    default="splice",
-    show_default=True,
-    help="Prompts: 'splice' extends each chain's exact ids (every sampled token trains); "
-    "'render' renders the whole conversation every turn.",
-)
+@parser_options(reasoning_default=None)
+@prompt_mode_option
 @click.option("-n", "--samples-per-task", default=1, show_default=True, type=click.IntRange(1))
 @click.option("-c", "--concurrency", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--out", default="runs/rollout", show_default=True, type=click.Path(file_okay=False))
@@ -272,9 +265,22 @@ def run_stack(
     """
     from agentrl.harnesses.errors import HarnessError
 
-    run = _run(options, tasks, out, samples_per_task, concurrency, evaluation, keep_failed)
+    async def run() -> RunSummary:
+        async with Stack(options) as stack:
+            runner = Runner(
+                stack.rollout,
+                out,
+                concurrency=concurrency,
+                evaluation=evaluation,
+                decode=stack.decode,
+                keep_failed=keep_failed,
+            )
+            jobs = runner.plan(tasks, samples_per_task)
+            stack.check_tasks({job.task.instance_id: job.task for job in jobs}.values())
+            return await run_with_progress(runner, jobs)
+
     try:
-        return asyncio.run(run)
+        return asyncio.run(run())
     except KeyboardInterrupt:
         # asyncio.run cancelled the run: rollouts cleaned up their sandboxes and sessions.
         click.echo(
@@ -284,26 +290,3 @@ def run_stack(
         sys.exit(130)
     except (PluginError, StackError, TokenizerError, HarnessError) as exc:
         raise click.ClickException(str(exc)) from None
-
-
-async def _run(
-    options: StackOptions,
-    tasks: Sequence[Task],
-    out: pathlib.Path,
-    samples_per_task: int,
-    concurrency: int,
-    evaluation: bool,
-    keep_failed: bool,
-) -> RunSummary:
-    async with Stack(options) as stack:
-        runner = Runner(
-            stack.rollout,
-            out,
-            concurrency=concurrency,
-            evaluation=evaluation,
-            decode=stack.decode,
-            keep_failed=keep_failed,
-        )
-        jobs = runner.plan(tasks, samples_per_task)
-        stack.check_tasks({job.task.instance_id: job.task for job in jobs}.values())
-        return await run_with_progress(runner, jobs)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentrl.cli.options import parser_options, prompt_mode_option
 from agentrl.harnesses.base import ClientSetup
 
 if TYPE_CHECKING:
@@ -207,26 +208,8 @@ async def run_server(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--unix-socket", "unix_path", help="Also listen on this unix socket path.")
-@click.option(
-    "--tool-parser",
-    default="hermes",
-    show_default=True,
-    help="Tool-call parser name ('' for none).",
-)
-@click.option(
-    "--reasoning-parser",
-    default="qwen3",
-    show_default=True,
-    help="Reasoning parser name ('' for none).",
-)
-@click.option(
-    "--prompt-mode",
-    type=click.Choice(["splice", "render"]),
-    default="splice",
-    show_default=True,
-    help="Prompts: 'splice' extends each chain's exact ids (every sampled token trains); "
-    "'render' renders the whole conversation every turn.",
-)
+@parser_options(reasoning_default="qwen3")
+@prompt_mode_option
 @click.option(
     "--max-context-tokens",
     default=0,

@@ -148,17 +148,17 @@ class WireClient(abc.ABC):
         """Append the tool results and new user text of the next request."""
 
 
+def _named(shell: str, read: str, write: str, agent: str) -> dict[str, str]:
+    """A client's own names of the scenarios' neutral tools."""
+    return {"shell": shell, "read": read, "write": write, "agent": agent}
+
+
 class AnthropicClient(WireClient):
     """Claude Code 2.1.332 on Anthropic Messages (``/v1/messages?beta=true``, streamed)."""
 
     protocol = "anthropic"
     path = "/v1/messages?beta=true"
-    tool_names: ClassVar[Mapping[str, str]] = {
-        "shell": "Bash",
-        "read": "Read",
-        "write": "Write",
-        "agent": "Agent",
-    }
+    tool_names: ClassVar[Mapping[str, str]] = _named("Bash", "Read", "Write", "Agent")
 
     def new_conversation(self, prompt: str, *, subagent: bool) -> Conversation:
         content = [{"type": "text", "text": _CONTEXT}, {"type": "text", "text": prompt}]
@@ -293,12 +293,9 @@ class ResponsesClient(WireClient):
 
     protocol = "openai_responses"
     path = "/v1/responses"
-    tool_names: ClassVar[Mapping[str, str]] = {
-        "shell": "exec_command",
-        "read": "read_file",
-        "write": "write_file",
-        "agent": "spawn_agent",
-    }
+    tool_names: ClassVar[Mapping[str, str]] = _named(
+        "exec_command", "read_file", "write_file", "spawn_agent"
+    )
 
     def new_conversation(self, prompt: str, *, subagent: bool) -> Conversation:
         def message(role: str, text: str) -> dict[str, Any]:

@@ -99,14 +99,13 @@ class ScriptedTokenEngine(Engine):
         return ids, "stop"
 
     async def generate(
-        self,
-        input_ids: Sequence[int],
-        sampling_params: Mapping[str, Any],
-        *,
-        rid: str | None = None,
-        routing_key: str | None = None,
+        self, input_ids: Sequence[int], sampling_params: Mapping[str, Any], **request: str | None
     ) -> Generation:
-        """The next queued completion's ids, cut to ``max_new_tokens`` like a real engine."""
+        """The next queued completion's ids, cut to ``max_new_tokens`` like a real engine.
+
+        ``request`` holds the contract's ``rid`` and ``routing_key``; ``rid`` is recorded.
+        """
+        rid = request.get("rid")
         if not self._queue:
             raise EngineError(f"no scripted completion queued for request {rid!r}")
         ids, finish = self.token_ids(self._queue.popleft())

@@ -30,54 +30,43 @@ __all__ = [
     "scenario_named",
 ]
 
+
+def _tool(summary: str, required: tuple[str, ...], /, **fields: tuple[str, str]) -> Any:
+    """A tool as (description, JSON schema); ``fields`` are name=(type, description)."""
+    properties = {
+        name: {"type": kind, "description": text} for name, (kind, text) in fields.items()
+    }
+    return summary, {"type": "object", "properties": properties, "required": list(required)}
+
+
 #: The tools every scenario offers, by neutral name: (description, JSON schema). Schema
 #: property order is the order a client that re-orders replayed inputs puts them in.
 TOOLS: Mapping[str, tuple[str, dict[str, Any]]] = {
-    "shell": (
+    "shell": _tool(
         "Run a shell command in the workspace and return its output.",
-        {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command to run."},
-                "description": {"type": "string", "description": "What it does, briefly."},
-                "timeout": {"type": "number", "description": "Seconds before it is killed."},
-            },
-            "required": ["command"],
-        },
+        ("command",),
+        command=("string", "The command to run."),
+        description=("string", "What it does, briefly."),
+        timeout=("number", "Seconds before it is killed."),
     ),
-    "read": (
+    "read": _tool(
         "Read a file from the workspace.",
-        {
-            "type": "object",
-            "properties": {
-                "file_path": {"type": "string", "description": "Absolute path."},
-                "offset": {"type": "integer", "description": "First line to read."},
-                "limit": {"type": "integer", "description": "How many lines."},
-            },
-            "required": ["file_path"],
-        },
+        ("file_path",),
+        file_path=("string", "Absolute path."),
+        offset=("integer", "First line to read."),
+        limit=("integer", "How many lines."),
     ),
-    "write": (
+    "write": _tool(
         "Write a file in the workspace, replacing what was there.",
-        {
-            "type": "object",
-            "properties": {
-                "file_path": {"type": "string", "description": "Absolute path."},
-                "content": {"type": "string", "description": "The whole new content."},
-            },
-            "required": ["file_path", "content"],
-        },
+        ("file_path", "content"),
+        file_path=("string", "Absolute path."),
+        content=("string", "The whole new content."),
     ),
-    "agent": (
+    "agent": _tool(
         "Launch a sub-agent for a self-contained task; returns its final report.",
-        {
-            "type": "object",
-            "properties": {
-                "description": {"type": "string", "description": "A short task title."},
-                "prompt": {"type": "string", "description": "The task, in full."},
-            },
-            "required": ["description", "prompt"],
-        },
+        ("description", "prompt"),
+        description=("string", "A short task title."),
+        prompt=("string", "The task, in full."),
     ),
 }
 
