@@ -479,14 +479,13 @@ def http_sessions(draw):
         final = i == count - 1
         calls = 0 if final else draw(st.integers(0 if user_text else 1, 2))
         reasoning = draw(st.sampled_from([None, "", f"think {i}"]))
-        # A cut inside a non-empty thought (the only cut that leaves the reply something of
-        # its own to replay; see the note on ``text``).
-        cut = None if final or not reasoning else draw(st.sampled_from([None, None, 4]))
+        # A cut anywhere after the think block opens, an empty one too: a reply left with
+        # nothing of its own to replay is told apart by the messages before it.
+        cut = None if final or reasoning is None else draw(st.sampled_from([None, None, 4]))
         model = ModelTurn(
             reasoning=reasoning,
-            # A reply without calls says something of its own: two empty replies, one with
-            # an empty think block, replay alike and no wire id tells them apart.
-            text=draw(st.sampled_from(["", f"step {i}"])) if calls else f"step {i}",
+            # Empty replies too: two of them, one with an empty think block, replay alike.
+            text=f"step {i}" if final else draw(st.sampled_from(["", f"step {i}"])),
             calls=tuple(_shell(i, j) for j in range(calls)),
             padding=draw(st.sampled_from(["", "  ", "\n "])),
             cut_after=cut,
@@ -649,3 +648,28 @@ def test_property_whole_sessions_train_every_sampled_token_once(qwen_tokenizer, 
         assert list(sample.loss_mask) == mask[sample.prompt_length :]
         trained += sum(sample.loss_mask)
     assert trained == sum(len(call.output_ids) for call in calls)
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai_responses"])
+def test_empty_replies_that_replay_alike_still_train_in_one_sample(qwen_tokenizer, protocol):
+    """Two replies with nothing of their own (one only an empty think block, one a bare end
+    of turn) replay alike; the messages before each tell them apart, so the session stays
+    one sample and every sampled token trains (the replayed conversation is recorded as the
+    chain recorded it)."""
+    session = GeneratedSession(
+        protocol=protocol,
+        user_text=True,
+        turns=(
+            GeneratedTurn(ModelTurn(reasoning="", text=""), rewrite=False),
+            GeneratedTurn(ModelTurn(reasoning=None, text=""), rewrite=False),
+            GeneratedTurn(ModelTurn(reasoning=None, text="step 2"), rewrite=False),
+        ),
+        subagent_after=None,
+        compact_before=None,
+    )
+    _driver, engine, samples = asyncio.run(drive_http_session(qwen_tokenizer, session))
+    assert len(samples) == 1
+    (sample,) = samples
+    fallbacks = [m.get("splice_fallback") for m in sample.metadata["turn_metadata"].values()]
+    assert fallbacks == ["new_chain", None, None]
+    assert sum(sample.loss_mask) == sum(len(call.output_ids) for call in engine.calls)

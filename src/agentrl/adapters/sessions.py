@@ -12,7 +12,6 @@ what it appended).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl.adapters.base import ProtocolError
+from agentrl.adapters.keys import exact_key, loose_key, stripped
 from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.adapters.splice import SpliceLedger
-from agentrl.trajectory import common_prefix_length, message_key
+from agentrl.trajectory import common_prefix_length
 from agentrl.types import TurnFact
 
 if TYPE_CHECKING:
@@ -51,21 +51,6 @@ MAX_CHAINS = 8
 #: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
 #: so a long-running middleware does not keep every token it ever issued.
 CLOSED_TOKENS_KEPT = 65_536
-
-
-def exact_key(message: Mapping[str, Any]) -> str:
-    """A message's text, key order included: equal keys render alike under a chat template."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=repr)
-
-
-def _stripped(value: Any) -> Any:
-    return value.strip() if isinstance(value, str) else value
-
-
-def loose_key(message: Mapping[str, Any]) -> str:
-    """A message as a client may replay it: text trimmed, no reasoning, any key order."""
-    loose = {k: _stripped(v) for k, v in message.items() if k != "reasoning_content"}
-    return message_key(loose)
 
 
 def new_token() -> str:
@@ -135,12 +120,12 @@ class Session:
         turns = self._by_loose_key.get(loose_key(message))
         if not turns:
             return None
-        reasoning = _stripped(message.get("reasoning_content"))
+        reasoning = stripped(message.get("reasoning_content"))
         if reasoning:
             turns = {
                 t
                 for t in turns
-                if _stripped(self.responses[t].get("reasoning_content")) == reasoning
+                if stripped(self.responses[t].get("reasoning_content")) == reasoning
             }
         recorded = {exact_key(self.responses[t]) for t in turns}
         return min(turns) if len(recorded) == 1 else None

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentrl.adapters.keys import loose_key
 from agentrl.adapters.rendering import RenderedPrompt, RenderError, render_text
 from agentrl.trajectory import message_key
 
@@ -100,7 +101,17 @@ def check_prompt_mode(value: str, what: str = "prompt_mode") -> str:
 
 
 def _digest(value: Any) -> bytes:
-    text = message_key(value) if isinstance(value, Mapping) else json.dumps(value, default=repr)
+    """A digest of one message (any key order); an assistant message as a client may
+    replay it: text trimmed, reasoning left out (``loose_key``).
+
+    The spliced ids come from the record, never from the replay, so an assistant message
+    need only be recognised; two replies that replay alike (two empty ones, one with an
+    empty think block) are told apart by the messages before them.
+    """
+    if isinstance(value, Mapping):
+        text = loose_key(value) if value.get("role") == "assistant" else message_key(value)
+    else:
+        text = json.dumps(value, default=repr)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
@@ -119,6 +130,9 @@ class SpliceRecord:
     output: array
     history: tuple[bytes, ...]
     tools: bytes
+    #: The conversation through this turn's response, as recorded in the trajectory: a
+    #: turn spliced onto this one records these messages in place of the client's replay.
+    conversation: tuple[Mapping[str, Any], ...] = ()
 
     def sequence(self) -> array:
         """The whole sequence (prompt + output) this turn left in the engine's context."""
@@ -156,8 +170,10 @@ class SpliceLedger:
         prompt_ids: Sequence[int],
         output_ids: Sequence[int],
         response: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]] = (),
     ) -> SpliceRecord:
-        """Record turn ``index`` (prompt as sent, sampled ids, the assistant message recorded)."""
+        """Record turn ``index`` (prompt as sent, sampled ids, the assistant message recorded
+        and the prompt messages recorded with it)."""
         output = array("I", output_ids)
         if plan.base is not None:
             head = array("I", plan.seam_ids)
@@ -170,6 +186,7 @@ class SpliceLedger:
             output=output,
             history=plan.history,
             tools=plan.tools,
+            conversation=(*messages, response),
         )
         self.records[index] = record
         self.by_response.setdefault(_digest(response), []).append(index)

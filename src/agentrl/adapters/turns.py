@@ -343,10 +343,19 @@ class Turn:
                 session.splice, chat.messages, chat.tools, links, sid=session.sid, index=self.index
             )
             if self.splice.prompt is not None:
+                self._record_as_spliced(self.splice)
                 return self.splice.prompt
         renderer = self.pipeline.renderer_for(self.session, self.chat)
         with renderable():
             return renderer.render(self.chat.messages, tools=self.chat.tools)
+
+    def _record_as_spliced(self, plan: SplicePlan) -> None:
+        """Record the conversation as the chain recorded it, then the new messages: the
+        replayed part may differ from the record only in what splicing ignores."""
+        recorded = plan.base.conversation if plan.base is not None else ()
+        if recorded:
+            new = self.chat.messages[len(recorded) :]
+            self.chat = attrs.evolve(self.chat, messages=[*recorded, *new])
 
     async def generate(self, prompt: RenderedPrompt) -> Generation:
         """The engine's generation, ``max_new_tokens`` clamped to the context budget."""
@@ -451,7 +460,9 @@ class Turn:
         if self.splice is not None:
             self.pipeline.splicer.count(self.splice)
             if sampled and recorded is not None:
-                session.splice.add(self.index, self.splice, prompt.ids, sampled, recorded)
+                session.splice.add(
+                    self.index, self.splice, prompt.ids, sampled, recorded, self.chat.messages
+                )
         self.pipeline.timings.append(self._timing(prompt, turn))
         plugins.notify("on_turn_recorded", self._event(turn, metadata))
 
