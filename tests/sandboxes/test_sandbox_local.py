@@ -603,7 +603,7 @@ async def test_rlimit_fallback_caps_memory(state_dir, monkeypatch):
 
 async def test_overlay_require_without_overlayfs_is_a_clear_error(repo, state_dir, monkeypatch):
     """overlay='require' on a machine where overlayfs cannot mount says so and what to use."""
-    monkeypatch.setattr(_local_fs, "overlay_supported", lambda scratch: False)
+    monkeypatch.setattr(_local_fs, "overlay_supported", lambda scratch, metacopy=False: False)
     sb = LocalSandbox(state_dir=state_dir, repo=str(repo), overlay="require")
     with pytest.raises(SandboxError, match="overlay='require' but overlayfs cannot be mounted"):
         await sb.start()

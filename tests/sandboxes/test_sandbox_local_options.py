@@ -24,6 +24,10 @@ _KEYWORDS = {
     "home_size_mb",
     "agent_uid",
     "overlay",
+    "workspace_size_mb",
+    "output_size_mb",
+    "shm_size_mb",
+    "host_uid",
     "ro_binds",
     "max_output_bytes",
     "startup_timeout",
@@ -109,7 +113,6 @@ def test_bwrap_command_line_binds_what_the_options_name(tmp_path):
         passwd=tmp_path / "passwd",
         group=tmp_path / "group",
         workspace=tmp_path / "workspace",
-        overlay_dirs=None,
     )
     options = LocalOptions(
         workdir="/src", services={8000: "/run/mw.sock"}, tmp_size_mb=2, bwrap="/opt/bwrap"
@@ -122,6 +125,7 @@ def test_bwrap_command_line_binds_what_the_options_name(tmp_path):
     assert "--ro-bind /data/models /models" in joined
     assert "--bind /run/mw.sock /.agentrl/services/8000.sock" in joined
     assert f"--size {2 * 1024 * 1024} --tmpfs /tmp" in joined
+    assert "--dev /dev --remount-ro /dev" in joined and "--tmpfs /dev/shm" in joined
     assert "--setenv AGENTRL_SERVICE_PORTS 8000" in joined
     assert args[-6:] == ["--remount-ro", "/", "--chdir", "/", "sh", "/.agentrl/bin/init.sh"]
     assert isinstance(mounts.state, pathlib.Path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -15,6 +16,7 @@ from typing import Any
 
 from agentrl import settings
 from agentrl.sandboxes.base import SandboxError
+from agentrl.sandboxes.local.launcher import WORKSPACE_INODES, Workspace
 from agentrl.sandboxes.local.proc import DEFAULT_PATH
 
 logger = logging.getLogger(__name__)
@@ -138,19 +140,26 @@ def prepare_image(image: str | None) -> pathlib.Path | None:
     """The root directory for ``image`` (a tarball is extracted once into the cache)."""
     if image is None:
         return None
-    path = _check_source("image", image)
+    return _tree("image", image, keep_owner=os.geteuid() == 0)
+
+
+def _tree(kind: str, value: str, *, keep_owner: bool) -> pathlib.Path:
+    """The directory ``value`` names, or its tarball's contents extracted once into the
+    cache (``images`` or ``repos``)."""
+    path = _check_source(kind, value)
     if path.is_dir():
         return path
     stat = path.stat()
     key = hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-    target = cache_dir() / "images" / key
+    target = cache_dir() / f"{kind}s" / key
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
-    logger.info("extracting image %s into %s", path, target)
+    logger.info("extracting %s %s into %s", kind, path, target)
     try:
-        _extract(path, staging, keep_owner=os.geteuid() == 0)
+        _extract(path, staging, keep_owner=keep_owner)
+        staging.chmod(0o755)
         os.rename(staging, target)
     except OSError:
         if not target.is_dir():
@@ -235,18 +244,20 @@ def account_files(
     return out[0], out[1]
 
 
-def overlay_supported(scratch: pathlib.Path) -> bool:
-    """Whether kernel overlayfs can be mounted in a private mount namespace here."""
-    key = str(scratch)
+def overlay_supported(scratch: pathlib.Path, *, metacopy: bool = False) -> bool:
+    """Whether kernel overlayfs (with ``metacopy=on``, if asked) can be mounted in a private
+    mount namespace here."""
+    key = f"{scratch}:{metacopy}"
     if key in _overlay_support:
         return _overlay_support[key]
     probe = pathlib.Path(tempfile.mkdtemp(prefix="overlay-probe-", dir=scratch))
+    extra = ",metacopy=on" if metacopy else ""
     try:
         for sub in ("lower", "upper", "work", "merged"):
             (probe / sub).mkdir()
         (probe / "lower" / "f").write_text("x")
         script = (
-            'mount -t overlay overlay -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" '
+            f'mount -t overlay overlay -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work{extra}" '
             '"$1/merged" && echo y >> "$1/merged/f"'
         )
         proc = subprocess.run(
@@ -258,9 +269,9 @@ def overlay_supported(scratch: pathlib.Path) -> bool:
         )
         ok = proc.returncode == 0 and (probe / "upper" / "f").is_file()
         if not ok:
-            logger.info("overlayfs not available (%s); workspaces are copies", proc.stderr.strip())
+            logger.info("overlayfs%s not available (%s)", extra, proc.stderr.strip())
     except (OSError, subprocess.SubprocessError) as exc:
-        logger.info("overlayfs probe failed (%s); workspaces are copies", exc)
+        logger.info("overlayfs probe failed (%s)", exc)
         ok = False
     finally:
         shutil.rmtree(probe, ignore_errors=True)
@@ -269,48 +280,65 @@ def overlay_supported(scratch: pathlib.Path) -> bool:
 
 
 def overlay_wrapper() -> list[str]:
-    """The command prefix that gives the sandbox launcher its own mount namespace."""
+    """The command prefix that gives a process its own mount namespace."""
     prefix = ["unshare", "--mount", "--propagation", "private"]
     if os.geteuid() != 0:
         prefix[1:1] = ["--user", "--map-root-user"]
     return [*prefix, "--"]
 
 
-def prepare_workspace(
-    repo: str | None, state: pathlib.Path, overlay: str
-) -> tuple[pathlib.Path, dict[str, pathlib.Path] | None]:
-    """The host directory bound as the workspace, plus overlay dirs when one is used.
+def plan_workspace(
+    repo: str | None,
+    state: pathlib.Path,
+    overlay: str,
+    *,
+    workspace_size_mb: int,
+    root_host: bool,
+) -> Workspace:
+    """How the launcher makes the workspace area (see ``launcher``).
 
     ``overlay`` is ``"auto"`` (overlayfs when it mounts here, else a copy), ``"never"`` or
-    ``"require"``. The source is never written either way.
+    ``"require"``. A repository tarball is extracted once into the cache and used like a
+    directory. On a root host the overlay needs ``metacopy=on``, so that handing the files
+    to the sandbox's uid copies no data. The source is never written either way.
     """
-    ws = state / "workspace"
     if repo is None:
-        ws.mkdir()
-        return ws, None
-    src = _check_source("repo", repo)
-    if src.is_file():
-        _extract(src, ws, keep_owner=False)
-        return ws, None
-    if overlay != "never" and overlay_supported(state.parent):
-        dirs = {name: state / f"ovl-{name}" for name in ("upper", "work")}
-        for path in dirs.values():
-            path.mkdir()
-        dirs["lower"] = src
-        ws.mkdir()
-        return ws, dirs
+        return Workspace(mode="copy", source=None, size_mb=workspace_size_mb)
+    src = _tree("repo", repo, keep_owner=False)
+    if overlay != "never" and overlay_supported(state.parent, metacopy=root_host):
+        # Handing every file over copies each one's metadata up: an inode apiece.
+        entries = _tree_usage(src)[1] if root_host else 0
+        return Workspace(
+            mode="overlay",
+            source=src,
+            size_mb=workspace_size_mb,
+            metacopy=root_host,
+            inodes=WORKSPACE_INODES + entries,
+        )
     if overlay == "require":
         raise SandboxError(
-            "overlay='require' but overlayfs cannot be mounted here (needs root or an "
-            "unprivileged-overlay kernel ≥ 5.11 with user namespaces); use overlay='auto'"
+            "overlay='require' but overlayfs cannot be mounted here (needs root with "
+            "metacopy support, or an unprivileged-overlay kernel ≥ 5.11 with user "
+            "namespaces); use overlay='auto'"
         )
-    # Copy without owners, so every file belongs to the sandbox's own user.
-    proc = subprocess.run(
-        ["cp", "-R", "--reflink=auto", "--preserve=mode,timestamps,links", f"{src}/.", str(ws)],
-        capture_output=True,
-        text=True,
-        check=False,
+    size_mb, entries = _tree_usage(src)
+    return Workspace(
+        mode="copy",
+        source=src,
+        size_mb=size_mb + workspace_size_mb,
+        inodes=WORKSPACE_INODES + entries,
     )
-    if proc.returncode != 0:
-        raise SandboxError(f"could not copy the repository {src}: {proc.stderr.strip()[-500:]}")
-    return ws, None
+
+
+def _tree_usage(root: pathlib.Path) -> tuple[int, int]:
+    """An upper bound of what a copy of ``root`` takes on a tmpfs: MiB (pages rounded), and
+    the number of entries."""
+    total = entries = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        entries += len(dirnames) + len(filenames)
+        total += 4096 * (len(dirnames) + 1)
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                size = os.lstat(os.path.join(dirpath, name)).st_size
+                total += -(-size // 4096) * 4096 or 4096
+    return -(-total // (1 << 20)) + 1, entries

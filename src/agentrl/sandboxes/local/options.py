@@ -41,6 +41,11 @@ def _optional_path(value: str | os.PathLike[str] | None) -> pathlib.Path | None:
     return pathlib.Path(value) if value else None
 
 
+def _positive(instance: LocalOptions, attribute: attrs.Attribute, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive number of MiB, got {value!r}")
+
+
 def _overlay_mode(instance: LocalOptions, attribute: attrs.Attribute, value: str) -> None:
     if value not in OVERLAY_MODES:
         raise ValueError(f"overlay must be 'auto', 'never' or 'require', got {value!r}")
@@ -59,6 +64,11 @@ class LocalOptions:
     (None: the system temp directory). ``host_python``: with the host's root (no image),
     bind this machine's Python interpreter in and put it first on PATH (see
     ``host_python_options``); ``ro_binds`` and ``env`` given here win over what it adds.
+    ``workspace_size_mb``: what the workspace may grow by (the overlay's upper layer, or the
+    copy beyond the repository's size); ``output_size_mb``: the area every exec's output
+    and ``read_file`` go through; ``shm_size_mb``: ``/dev/shm``. ``host_uid``: on a root
+    host, the unprivileged host id the sandbox runs as (default: root's first subordinate
+    id, or 100000, plus ``agent_uid``); ignored on a host that is not root.
     """
 
     image: str | None = None
@@ -78,6 +88,10 @@ class LocalOptions:
     bwrap: str = "bwrap"
     state_dir: pathlib.Path | None = attrs.field(default=None, converter=_optional_path)
     host_python: bool = False
+    workspace_size_mb: int = attrs.field(default=4096, validator=_positive)
+    output_size_mb: int = attrs.field(default=256, validator=_positive)
+    shm_size_mb: int = attrs.field(default=64, validator=_positive)
+    host_uid: int | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -93,6 +107,10 @@ class LocalOptions:
                     f"LocalSandbox.__init__() got an unexpected keyword argument {key!r}"
                 )
         return cls(**keywords)
+
+    def ro_binds_sources(self) -> list[str]:
+        """The host paths ``ro_binds`` (with what ``host_python`` adds) binds."""
+        return list(self.sandbox_env_and_binds()[1].values())
 
     def sandbox_env_and_binds(self) -> tuple[dict[str, str], dict[str, str]]:
         """``env`` and ``ro_binds`` plus what ``host_python`` adds (the explicit ones win)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from agentrl.sandboxes.base import ExecRequest, Sandbox, SandboxError, SandboxGoneError
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
-from agentrl.sandboxes.local import bwrap, fs, proc
+from agentrl.sandboxes.local import bwrap, fs, launcher, proc
 from agentrl.sandboxes.local.exec import ControlChannel
 from agentrl.sandboxes.local.fs import host_python_options
 from agentrl.sandboxes.local.limits import Limits
@@ -62,6 +62,7 @@ class LocalSandbox(Sandbox):
         self.workspace_mode = ""
         self._channel: ControlChannel | None = None
         self._process: bwrap.BwrapProcess | None = None
+        self._mounts: bwrap.Mounts | None = None
         self._closed = False
 
     @property
@@ -146,7 +147,10 @@ class LocalSandbox(Sandbox):
             tempfile.mkdtemp(prefix=f"{proc.STATE_PREFIX}{os.getpid()}-", dir=parent)
         )
         self._channel = ControlChannel(self.state)
+        if os.geteuid() == 0:
+            proc.sweep_stale(launcher.stage_base().glob(f"{proc.STATE_PREFIX}*"), shutil.rmtree)
         mounts = bwrap.prepare_mounts(self.options, self.state)
+        self._mounts = mounts
         self.workspace_mode = mounts.workspace_mode
         self.limits = Limits(
             self.state.name, memory_mb=self.options.memory_mb, pids=self.options.pids
@@ -170,14 +174,17 @@ class LocalSandbox(Sandbox):
         except Exception:
             logger.exception("local sandbox teardown failed")
         finally:
-            if self.state is not None:
-                await asyncio.to_thread(shutil.rmtree, self.state, True)
+            stage = self._mounts.stage if self._mounts is not None else None
+            for path in (self.state, stage):
+                if path is not None:
+                    await asyncio.to_thread(shutil.rmtree, path, True)
 
     async def _stop(self) -> None:
         if self._channel is not None:
             self._channel.close()
         if self._process is not None:
             await self._process.kill()
+            self._process.close_log()
         await asyncio.to_thread(self._reap_leftovers)
 
     def _reap_leftovers(self) -> None:
