@@ -42,7 +42,7 @@ from agentrl.sandboxes.base import (
     max_output_bytes,
 )
 from agentrl.sandboxes.boot import BootKey, current_boot_key
-from agentrl.sandboxes.e2b import sweep
+from agentrl.sandboxes.e2b import sweep as _sweep
 from agentrl.sandboxes.e2b.errors import Verdict, classify, rebuild_handle, reset_sdk_transports
 from agentrl.sandboxes.e2b.options import E2BOptions
 from agentrl.types import ExecResult, Task
@@ -132,21 +132,18 @@ class E2BSandbox(Sandbox):
         """
         options.pop("rng", None)
         resolved = E2BOptions.resolve(environ, **options)
-        run = run_id or resolved.run_id or sweep.process_run_id()
-        try:
-            return await sweep.sweep_run(_import_sdk(), resolved, run)
-        except Exception as exc:
-            logger.warning("the e2b sweep of run %s failed: %s", run, exc)
-            return []
+        run = run_id or resolved.run_id or _sweep.process_run_id()
+        return await _sweep.sweep_run(_import_sdk(), resolved, run)
 
     @classmethod
     async def sweep_stale_runs(
         cls, *, environ: Mapping[str, str] | None = None, **options: Any
     ) -> list[str]:
         """Kill this deployment's (``owner``) sandboxes left by other runs whose process is
-        gone; the ids killed. ``sweep_stale=True`` does this before the first creation."""
+        gone; the ids killed (``[]``, logged, when the listing fails). ``sweep_stale=True``
+        does this before the first creation."""
         options.pop("rng", None)
-        return await sweep.sweep_stale(_import_sdk(), E2BOptions.resolve(environ, **options))
+        return await _sweep.sweep_stale(_import_sdk(), E2BOptions.resolve(environ, **options))
 
     @classmethod
     def check_task(cls, task: Task, **options: Any) -> None:
@@ -165,11 +162,11 @@ class E2BSandbox(Sandbox):
             raise SandboxError(f"e2b sandbox {self.sandbox_id} is already started")
         options = self.options
         if options.sweep_stale:
-            await sweep.sweep_stale_once(self._sdk, options)
+            await _sweep.sweep_stale_once(self._sdk, options)
         # One key per boot: a re-send (ours or the Booter's) gets the sandbox already made.
         boot = current_boot_key() or self._own_boot_key
         key = boot.value
-        metadata = {**self._boot_metadata, **sweep.run_labels(options, key)}
+        metadata = {**self._boot_metadata, **_sweep.run_labels(options, key)}
         maybe_created = False
 
         async def create() -> Any:
@@ -206,7 +203,7 @@ class E2BSandbox(Sandbox):
 
     async def _reap(self, boot: BootKey) -> list[str]:
         """Kill what was created under ``boot``'s key; a next attempt then gets a new key."""
-        killed = await sweep.reap_boot(self._sdk, self.options, boot.value)
+        killed = await _sweep.reap_boot(self._sdk, self.options, boot.value)
         if killed:
             boot.retire()
         return killed

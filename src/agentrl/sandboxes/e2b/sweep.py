@@ -14,7 +14,8 @@ metadata, so what a lost answer created is found again:
   label then says they are this deployment's, so they are killed).
 
 A sandbox without ``agentrl-owner`` and ``agentrl-run`` is never touched. Every step is
-best-effort: a failure is logged, and what it missed ends when its lifetime runs out.
+best-effort (a failed listing or kill is logged, never raised), and what it missed ends
+when its lifetime runs out.
 """
 
 from __future__ import annotations
@@ -183,14 +184,22 @@ async def reap_boot(sdk: Any, options: E2BOptions, boot_key: str) -> list[str]:
 
 async def sweep_run(sdk: Any, options: E2BOptions, run_id: str) -> list[str]:
     """Kill every sandbox of run ``run_id`` still alive; the ids killed."""
-    found = await _list(sdk, options, {RUN_KEY: run_id, OWNER_KEY: owner_of(options)})
+    try:
+        found = await _list(sdk, options, {RUN_KEY: run_id, OWNER_KEY: owner_of(options)})
+    except Exception as exc:
+        logger.warning("the e2b sweep of run %s failed: %s", run_id, exc)
+        return []
     ids = [info.sandbox_id for info in found]
     return await _kill(sdk, options, ids, f"left by run {run_id} at its close")
 
 
 async def sweep_stale(sdk: Any, options: E2BOptions) -> list[str]:
     """Kill this deployment's sandboxes left by earlier runs (``stale_reason``); the ids."""
-    found = await _list(sdk, options, {OWNER_KEY: owner_of(options)})
+    try:
+        found = await _list(sdk, options, {OWNER_KEY: owner_of(options)})
+    except Exception as exc:
+        logger.warning("the stale e2b sweep of %s failed: %s", owner_of(options), exc)
+        return []
     killed: list[str] = []
     for info in found:
         reason = stale_reason(info.metadata or {}, options)
@@ -209,10 +218,6 @@ async def sweep_stale_once(sdk: Any, options: E2BOptions) -> None:
     if target in _stale_swept:
         return
     _stale_swept.add(target)
-    try:
-        killed = await sweep_stale(sdk, options)
-    except Exception as exc:
-        logger.warning("the stale e2b sandbox sweep failed: %s", exc)
-        return
+    killed = await sweep_stale(sdk, options)
     if killed:
         logger.info("killed %d stale e2b sandbox(es) of %s", len(killed), owner_of(options))
