@@ -272,6 +272,12 @@ SETTINGS: tuple[Setting, ...] = (
        help="largest retry backoff ceiling"),
     _s("AGENTRL_E2B_REQUEST_TIMEOUT_SEC", "float", _E2B, default=60.0, check="positive",
        help="timeout of one E2B API request"),
+    _s("AGENTRL_E2B_OWNER", "str", _E2B, default_doc="this host's name",
+       help="deployment label on every E2B sandbox (metadata agentrl-owner); the stale sweep "
+            "kills only sandboxes with this label"),
+    _s("AGENTRL_E2B_SWEEP_STALE", "bool", _E2B, default=False,
+       help="before the first E2B creation, kill this deployment's sandboxes left by an "
+            "earlier run whose process is gone"),
     _s("AGENTRL_TRAIN_GRADER", "str", f"{_GRD} {_SL}",
        aliases=("AGENTRL_TRAIN_PROTOCOL", "SWE_TRAIN_PROTOCOL"), default="scaleswe",
        default_doc="`scaleswe` (`auto` for check-tasks)",

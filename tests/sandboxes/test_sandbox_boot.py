@@ -10,7 +10,7 @@ import pytest
 from agentrl.graders.base import Grader, grade_diff
 from agentrl.retry import RetryPolicy
 from agentrl.sandboxes.base import Sandbox, SandboxError
-from agentrl.sandboxes.boot import Booter, BootError
+from agentrl.sandboxes.boot import Booter, BootError, current_boot_key
 from agentrl.types import ExecResult, Grade, Task
 
 TASK = Task(instance_id="t-1", problem_statement="")
@@ -81,6 +81,25 @@ def factory_of(starts: Starts, *failures: BaseException | None, hang: bool = Fal
         return CountingSandbox(starts, left.pop(0) if left else None, hang=hang)
 
     return factory
+
+
+async def test_every_attempt_of_one_boot_sees_the_same_boot_key():
+    """The boot's key is current in every attempt's start (for idempotent creates), is
+    another one for the next boot, and is gone once the boot returns."""
+    seen = []
+
+    class KeyedSandbox(CountingSandbox):
+        async def start(self) -> None:
+            seen.append(current_boot_key().value)
+            await super().start()
+
+    starts = Starts()
+    failing = iter([SandboxError("one"), SandboxError("two"), None, None])
+    factory = lambda task: KeyedSandbox(starts, next(failing))  # noqa: E731
+    await Booter(policy=FAST).boot(factory, TASK)
+    await Booter(policy=FAST).boot(factory, TASK)
+    assert len(seen) == 4 and len(set(seen[:3])) == 1 and seen[3] != seen[0]
+    assert current_boot_key() is None
 
 
 class PipelineGrader(Grader):

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import random
+import socket
 import ssl
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from agentrl.sandboxes.base import (
     SandboxError,
     SandboxGoneError,
 )
-from agentrl.sandboxes.e2b import E2BSandbox
+from agentrl.sandboxes.boot import Booter, BootError
+from agentrl.sandboxes.e2b import E2BSandbox, sweep
 from agentrl.sandboxes.e2b.errors import Verdict, classify
 from agentrl.sandboxes.e2b.options import E2BOptions
 from agentrl.sandboxes.exec import exec_and_wait
@@ -87,11 +89,21 @@ def _processes_done(server: E2BServer, sandbox_id: str) -> bool:
 
 
 async def test_create_routes_image_by_metadata_key_with_size_and_lifetime(server, make_sandbox):
-    """Creation sends the image under the routing key, the size beside it, and the lifetime."""
-    sandbox = make_sandbox(image_metadata_key="gw/image", size="lg", lifetime_sec=900)
+    """Creation sends the image under the routing key, the size beside it, the lifetime,
+    and the run labels (run, owner, process, and the boot's idempotency key)."""
+    sandbox = make_sandbox(
+        image_metadata_key="gw/image", size="lg", lifetime_sec=900, run_id="r-1", owner="dep"
+    )
     async with sandbox:
         record = server.sandboxes[sandbox.sandbox_id]
-        assert record.metadata == {"gw/image": "registry/task:1", "gw/size": "lg"}
+        assert record.metadata == {
+            "gw/image": "registry/task:1",
+            "gw/size": "lg",
+            "agentrl-run": "r-1",
+            "agentrl-owner": "dep",
+            "agentrl-process": sweep.process_label(),
+            "agentrl-boot": record.idempotency_key,
+        }
         assert record.timeout == 900
         assert record.template == "base"
         assert record.idempotency_key
@@ -453,6 +465,206 @@ async def test_one_failed_kill_is_retried(server, make_sandbox):
         sandbox_id = sandbox.sandbox_id
     assert [c.outcome for c in server.calls_to("kill")] == ["fault:status:503", "ok"]
     assert not server.sandboxes[sandbox_id].alive
+
+
+# -- lost creations, boot keys and sweeps -----------------------------------------------------
+
+
+async def test_create_answer_lost_on_every_retry_leaves_no_sandbox(server, make_sandbox):
+    """Every creation happens but no answer arrives: start() raises, and the sandbox the
+    re-sends got back (one, by the key) is found by its boot label and killed."""
+    server.lose_creates()
+    sandbox = make_sandbox(rpc_retries=2)
+    with pytest.raises(SandboxError, match=r"after 3 attempts.*killed 1 sandbox\(es\)"):
+        await sandbox.start()
+    assert [c.outcome for c in server.calls_to("create")] == ["severed"] * 3
+    assert len(server.sandboxes) == 1
+    assert server.live_sandboxes() == []
+    (listing,) = server.calls_to("list")
+    assert "agentrl-boot" in listing.detail and listing.outcome == "ok:1"
+
+
+async def test_create_answer_lost_once_gives_one_sandbox_that_is_used(server, make_sandbox):
+    """The first answer is lost; the re-send with the same key gets the same sandbox back,
+    which is the one used: exactly one sandbox is created, and nothing is swept."""
+    server.lose_creates(times=1)
+    async with make_sandbox() as sandbox:
+        assert (await sandbox.exec("echo up")).stdout == "up\n"
+        assert [r.sandbox_id for r in server.live_sandboxes()] == [sandbox.sandbox_id]
+    assert [c.outcome for c in server.calls_to("create")] == ["severed", "ok:idempotent-replay"]
+    assert len(server.sandboxes) == 1
+    assert server.calls_to("list") == []
+
+
+async def test_a_refused_creation_is_not_followed_by_a_search(server, make_sandbox):
+    """A 4xx means nothing was created: no list call is spent looking for a leftover."""
+    server.fail_boot(status=400)
+    with pytest.raises(SandboxError, match="refused"):
+        await make_sandbox().start()
+    assert server.calls_to("list") == []
+
+
+def _booter(**fields) -> Booter:
+    return Booter(policy=RetryPolicy(attempts=3, base=0.001, cap=0.001), **fields)
+
+
+async def test_booter_re_attempts_send_the_boot_s_one_key(server, make_sandbox):
+    """A start that fails after its re-sends is re-attempted by the Booter on a fresh
+    sandbox object with the same idempotency key; a second boot has its own key."""
+    server.fail_boot(times=2, status=502)  # the whole first start (rpc_retries=1)
+    task = Task(instance_id="t", problem_statement="", image="registry/task:1")
+    booted = await _booter().boot(lambda t: make_sandbox(t.image, rpc_retries=1), task)
+    other = await _booter().boot(lambda t: make_sandbox(t.image, rpc_retries=1), task)
+    try:
+        creates = server.calls_to("create")
+        assert [c.outcome for c in creates] == ["fault:status:502"] * 2 + ["ok", "ok"]
+        first_key = server.sandboxes[booted.sandbox_id].idempotency_key
+        assert [c.detail for c in creates[:3]] == [creates[2].detail] * 3
+        assert first_key in creates[0].detail
+        assert server.sandboxes[other.sandbox_id].idempotency_key != first_key
+        assert len(server.live_sandboxes()) == 2
+    finally:
+        await booted.aclose()
+        await other.aclose()
+
+
+async def test_booter_after_a_reaped_attempt_creates_under_a_new_key(server, make_sandbox):
+    """Every answer of the first start is lost: its sandbox is killed, and the next attempt
+    moves to a new key (the old one would replay a killed sandbox); one sandbox is left."""
+    server.lose_creates(times=2)
+    task = Task(instance_id="t", problem_statement="", image="registry/task:1")
+    sandbox = await _booter().boot(lambda t: make_sandbox(t.image, rpc_retries=1), task)
+    try:
+        assert (await sandbox.exec("echo up")).stdout == "up\n"
+        assert [r.sandbox_id for r in server.live_sandboxes()] == [sandbox.sandbox_id]
+        keys = [r.idempotency_key for r in server.sandboxes.values()]
+        assert len(keys) == 2 and keys[1] == f"{keys[0]}-1"
+    finally:
+        await sandbox.aclose()
+    assert server.live_sandboxes() == []
+
+
+async def test_a_start_cancelled_mid_creation_is_reaped_on_close(server, make_sandbox):
+    """The Booter's timeout cancels a start whose answer was lost: closing the cancelled
+    sandbox finds and kills what it created, so the failed boot leaves nothing."""
+    server.lose_creates()
+    task = Task(instance_id="t", problem_statement="", image="registry/task:1")
+    factory = lambda t: make_sandbox(t.image, backoff_base_sec=5.0, backoff_cap_sec=5.0)  # noqa: E731
+    with pytest.raises(BootError):
+        await Booter(policy=RetryPolicy(attempts=2, base=0.001), timeout=0.5).boot(factory, task)
+    assert len(server.sandboxes) == 2
+    assert server.live_sandboxes() == []
+
+
+async def _raw_sandbox(server: E2BServer, metadata: dict[str, str]) -> str:
+    """A sandbox made straight through the SDK with ``metadata`` (not by agentrl's code)."""
+    from e2b import AsyncSandbox
+
+    params = {"api_key": API_KEY, "api_url": server.url, "sandbox_url": server.url, "retries": 0}
+    return (await AsyncSandbox.create(metadata=metadata, **params)).sandbox_id
+
+
+async def test_sweep_kills_this_run_s_leftovers_only(server, make_sandbox, monkeypatch):
+    """``E2BSandbox.sweep`` kills what run ``mine`` left alive, and neither another run's
+    sandbox nor one that is not agentrl's; listing in pages of 2 does not hide any."""
+    monkeypatch.setattr(sweep, "_PAGE_SIZE", 2)
+    options = {"api_key": API_KEY, "api_url": server.url, "environ": {}, "owner": "dep"}
+    mine = [make_sandbox(run_id="mine", owner="dep") for _ in range(3)]
+    for sandbox in mine:
+        await sandbox.start()  # never closed: as if the process lost track of them
+    theirs = make_sandbox(run_id="theirs", owner="dep")
+    await theirs.start()
+    foreign = await _raw_sandbox(server, {"agentrl-run": "mine"})  # no owner label
+    killed = await E2BSandbox.sweep(run_id="mine", **options)
+    assert sorted(killed) == sorted(s.sandbox_id for s in mine)
+    assert [c.outcome for c in server.calls_to("list")] == ["ok:2", "ok:1"]
+    live = {r.sandbox_id for r in server.live_sandboxes()}
+    assert live == {theirs.sandbox_id, foreign}
+    assert await E2BSandbox.sweep(run_id="mine", **options) == []
+    await theirs.aclose()
+
+
+async def test_sweep_defaults_to_the_run_id_option_then_the_process(server, make_sandbox):
+    """Without ``run_id``, the sweep takes the ``run_id`` option, else this process's run id."""
+    labelled, default = make_sandbox(run_id="opt"), make_sandbox()
+    await labelled.start()
+    await default.start()
+    options = {"api_key": API_KEY, "api_url": server.url, "environ": {}}
+    assert await E2BSandbox.sweep(**options, rng=None) == [default.sandbox_id]
+    assert server.sandboxes[labelled.sandbox_id].alive
+    assert await E2BSandbox.sweep(**options) == []
+    assert await E2BSandbox.sweep(**{**options, "run_id": "opt"}) == [labelled.sandbox_id]
+    assert server.sandboxes[default.sandbox_id].metadata["agentrl-run"] == sweep.process_run_id()
+
+
+async def test_a_failed_sweep_is_logged_not_raised(server, caplog):
+    """A sweep whose listing keeps failing returns [] and logs why (a close must not raise)."""
+    server.inject("list", "status", times=100, status=503)
+    options = {"api_key": API_KEY, "api_url": server.url, "environ": {}, "rpc_retries": 1}
+    options |= {"backoff_base_sec": 0.001}
+    with caplog.at_level(logging.WARNING, logger="agentrl.sandboxes.e2b"):
+        assert await E2BSandbox.sweep(run_id="r", **options) == []
+    assert len(server.calls_to("list")) == 2
+    assert any("sweep of run r failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_stale_sweep_kills_only_dead_runs_of_this_deployment(server, make_sandbox):
+    """The restart sweep kills the deployment's sandboxes whose process is gone (or is on
+    another host), and keeps a live process's, the current run's, another deployment's
+    and a non-agentrl one."""
+    host = socket.gethostname()
+    labels = {"agentrl-owner": "dep", "agentrl-boot": "b"}
+    dead = await _raw_sandbox(
+        server, {**labels, "agentrl-run": "old", "agentrl-process": f"{host}:999999999:1"}
+    )
+    reused_pid = await _raw_sandbox(
+        server, {**labels, "agentrl-run": "old2", "agentrl-process": f"{host}:{os.getpid()}:1"}
+    )
+    elsewhere = await _raw_sandbox(
+        server, {**labels, "agentrl-run": "old3", "agentrl-process": "other-host:1:1"}
+    )
+    alive = await _raw_sandbox(
+        server, {**labels, "agentrl-run": "peer", "agentrl-process": sweep.process_label()}
+    )
+    other_deployment = await _raw_sandbox(
+        server, {"agentrl-owner": "dep2", "agentrl-run": "old", "agentrl-process": "x:1:1"}
+    )
+    not_agentrl = await _raw_sandbox(server, {"agentrl-owner": "dep"})  # no run label
+    current = make_sandbox(owner="dep", run_id="now")
+    await current.start()
+    options = {"api_key": API_KEY, "api_url": server.url, "environ": {}, "owner": "dep"}
+    killed = await E2BSandbox.sweep_stale_runs(run_id="now", **options)
+    assert sorted(killed) == sorted([dead, reused_pid, elsewhere])
+    live = {r.sandbox_id for r in server.live_sandboxes()}
+    assert live == {alive, other_deployment, not_agentrl, current.sandbox_id}
+    await current.aclose()
+
+
+async def test_sweep_stale_option_sweeps_once_before_the_first_creation(server, make_sandbox):
+    """With ``sweep_stale``, the first start kills a dead run's sandbox before creating;
+    later starts do not list again. Without it nothing is listed."""
+    host = socket.gethostname()
+    left = await _raw_sandbox(
+        server,
+        {"agentrl-owner": "dep", "agentrl-run": "old", "agentrl-process": f"{host}:999999999:1"},
+    )
+    async with make_sandbox(owner="dep"):
+        pass
+    assert server.calls_to("list") == [] and server.sandboxes[left].alive
+    async with make_sandbox(owner="dep", sweep_stale=True):
+        assert not server.sandboxes[left].alive
+    async with make_sandbox(owner="dep", sweep_stale=True):
+        pass
+    assert len(server.calls_to("list")) == 1
+
+
+def test_sweep_options_come_from_the_environment():
+    """AGENTRL_E2B_OWNER and AGENTRL_E2B_SWEEP_STALE set the owner label and the knob."""
+    env = {"AGENTRL_E2B_OWNER": "dep-a", "AGENTRL_E2B_SWEEP_STALE": "1"}
+    options = E2BOptions.resolve(env)
+    assert (options.owner, options.sweep_stale) == ("dep-a", True)
+    assert E2BOptions.resolve({}).sweep_stale is False
+    assert sweep.owner_of(E2BOptions.resolve({})) == socket.gethostname()
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -5,13 +5,19 @@ and the grader's fresh sandbox alike, so ``boot_concurrency`` bounds grading boo
 A failed boot (``SandboxError``, ``OSError`` or no start within ``timeout``) is retried
 with a new sandbox from the factory: nothing has run in the failed one, so a retry cannot
 change what happens next. Built only on the sandbox contract.
+
+Each boot has one :class:`BootKey`, current (``current_boot_key()``) while its attempts
+run: a backend whose provider creates idempotently sends it with every create, so a
+re-attempt after a lost answer gets back the sandbox the provider already made.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
+import uuid
 from collections.abc import Callable
 
 import attrs
@@ -20,7 +26,14 @@ from agentrl.retry import RetryPolicy, retry
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.types import Task
 
-__all__ = ["BOOT_RETRYABLE", "BootError", "Booter", "SandboxFactory"]
+__all__ = [
+    "BOOT_RETRYABLE",
+    "BootError",
+    "BootKey",
+    "Booter",
+    "SandboxFactory",
+    "current_boot_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +42,38 @@ SandboxFactory = Callable[[Task], Sandbox]
 
 #: Boot failures worth a new sandbox: the backend's, the host's, and a start that hung.
 BOOT_RETRYABLE: tuple[type[BaseException], ...] = (SandboxError, OSError, asyncio.TimeoutError)
+
+
+@attrs.define(kw_only=True)
+class BootKey:
+    """One boot's identity across all its attempts: what an idempotent create sends.
+
+    ``value`` stays the same from attempt to attempt; a backend that killed the sandbox
+    created under it calls ``retire`` so the next attempt creates a fresh one instead of
+    getting the killed one back.
+    """
+
+    boot_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+    generation: int = 0
+
+    @property
+    def value(self) -> str:
+        """The key (lowercase letters, digits and hyphens)."""
+        return f"{self.boot_id}-{self.generation}" if self.generation else self.boot_id
+
+    def retire(self) -> None:
+        """Move to a new key: what the current one created is gone."""
+        self.generation += 1
+
+
+_current_boot_key: contextvars.ContextVar[BootKey | None] = contextvars.ContextVar(
+    "agentrl_boot_key", default=None
+)
+
+
+def current_boot_key() -> BootKey | None:
+    """The key of the boot under way in this context (None outside ``Booter.boot``)."""
+    return _current_boot_key.get()
 
 
 class BootError(SandboxError):
@@ -59,6 +104,7 @@ class Booter:
         """A started sandbox from ``factory(task)``; raises ``BootError`` when every attempt failed.
 
         A sandbox whose start failed (or was cancelled) is closed before the next attempt.
+        Every attempt runs under this boot's one ``BootKey`` (``current_boot_key()``).
         """
         failures: list[str] = []
 
@@ -80,12 +126,15 @@ class Booter:
                 delay,
             )
 
+        token = _current_boot_key.set(BootKey())
         try:
             return await retry(
                 attempt_once, policy=self.policy, retryable=BOOT_RETRYABLE, on_retry=on_retry
             )
         except Exception as exc:
             raise BootError(what, tuple(failures), exc) from exc
+        finally:
+            _current_boot_key.reset(token)
 
     def _describe(self, exc: Exception) -> str:
         detail = str(exc)

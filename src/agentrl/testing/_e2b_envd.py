@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import json
 import logging
 import os
@@ -67,6 +68,9 @@ class SandboxRecord:
     home: pathlib.Path
     access_token: str
     idempotency_key: str | None = None
+    started_at: datetime.datetime = attrs.field(
+        factory=lambda: datetime.datetime.now(datetime.timezone.utc)
+    )
     alive: bool = True
     processes: dict[int, ProcessRun] = attrs.field(factory=dict)
     reaper: asyncio.TimerHandle | None = None

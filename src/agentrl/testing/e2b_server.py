@@ -4,7 +4,10 @@ It speaks the wire protocol the e2b Python SDK uses, on one aiohttp server at
 ``http://127.0.0.1:PORT``:
 
 - the control-plane REST API: ``POST /v2/sandboxes`` (template, metadata, timeout,
-  ``Idempotency-Key``), ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``;
+  ``Idempotency-Key``: a key seen before returns its sandbox while that one lives),
+  ``GET /v2/sandboxes`` (the live ones, filtered by ``metadata``, paged by ``limit`` and
+  ``nextToken`` / ``x-next-token``), ``DELETE /sandboxes/{id}``,
+  ``POST /sandboxes/{id}/timeout``;
 - envd, addressed by the ``E2b-Sandbox-Id`` header the SDK sends and guarded by the
   ``X-Access-Token`` it was given at creation: Connect-RPC with the JSON codec
   (``process.Process/Start`` server-streaming, ``SendSignal``, ``List``), ``/files``
@@ -15,14 +18,15 @@ SDK's ``E2B_API_URL`` / ``E2B_SANDBOX_URL``); debug mode is not used, so sandbox
 creation and kill really go over the API. Commands really run as host subprocesses in a
 per-sandbox temporary directory: this is a protocol double, not isolation.
 
-Faults are injected per route (``create``, ``kill``, ``health``, ``process.Start``,
+Faults are injected per route (``create``, ``list``, ``kill``, ``health``, ``process.Start``,
 ``process.SendSignal``, ``process.List``, ``files.read``, ``files.write``):
 
 - ``status``: a plain proxy error (default 502) instead of an answer;
 - ``reset``: the connection is dropped before any response byte;
 - ``protocol_error``: bytes that are not HTTP, then the connection is closed;
 - ``sever``: the call is carried out, then the connection is cut before the answer is
-  complete (``create``: the sandbox exists but its answer is lost; ``process.Start``: the
+  complete (``create``: the sandbox exists but its answer is lost, ``lose_creates``;
+  ``process.Start``: the
   stream is cut after the start event and the command keeps running, as under envd;
   ``files.read``: the download stops halfway).
 
@@ -36,11 +40,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime
 import logging
 import pathlib
 import secrets
 import shutil
+import sys
 import tempfile
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -57,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 ROUTES = (
     "create",
+    "list",
     "kill",
     "set_timeout",
     "health",
@@ -113,6 +121,7 @@ class E2BServer:
     async def start(self) -> E2BServer:
         app = web.Application(middlewares=[self._count_requests], client_max_size=1 << 34)
         app.router.add_post("/v2/sandboxes", self._create)
+        app.router.add_get("/v2/sandboxes", self._list)
         app.router.add_delete("/sandboxes/{sandbox_id}", self._kill)
         app.router.add_post("/sandboxes/{sandbox_id}/timeout", self._set_timeout)
         app.router.add_get("/health", self._envd(self._health))
@@ -164,6 +173,14 @@ class E2BServer:
     def fail_boot(self, times: int = 1, *, status: int = 500) -> Fault:
         """The next ``times`` sandbox creations fail with ``status``."""
         return self.inject("create", "status", times=times, status=status)
+
+    def lose_creates(self, times: int | None = None) -> Fault:
+        """The next ``times`` creations (None: every one) happen, but their answer is lost."""
+        return self.inject("create", "sever", times=sys.maxsize if times is None else times)
+
+    def live_sandboxes(self) -> list[SandboxRecord]:
+        """The sandboxes that exist now (created and neither killed nor expired)."""
+        return [record for record in self.sandboxes.values() if record.alive]
 
     def fail_kill(self, times: int = 1, *, status: int = 500) -> Fault:
         """The next ``times`` sandbox kills fail with ``status``."""
@@ -314,6 +331,50 @@ class E2BServer:
             },
             status=201,
         )
+
+    async def _list(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self._check_api_key(request)) is not None:
+            self.record("list", None, "", "error:401")
+            return denied
+        query = request.query
+        # The SDK sends metadata as one parameter: urlencode({quote(k): quote(v)}).
+        wanted = {
+            urllib.parse.unquote(k): urllib.parse.unquote(v)
+            for k, v in urllib.parse.parse_qsl(query.get("metadata", ""))
+        }
+        detail = urllib.parse.urlencode(sorted(wanted.items()))
+        fault = self.take_fault("list", detail)
+        if fault is not None:
+            return await self.apply_fault(request, fault, "list", None, detail)
+        matching = [
+            record
+            for record in self.live_sandboxes()
+            if all(record.metadata.get(k) == v for k, v in wanted.items())
+        ]
+        start = int(query.get("nextToken") or 0)
+        limit = int(query.get("limit") or 100)
+        page = matching[start : start + limit]
+        headers = {"x-next-token": str(start + limit)} if start + limit < len(matching) else {}
+        self.record("list", None, detail, f"ok:{len(page)}")
+        return web.json_response([self._listed(r) for r in page], headers=headers)
+
+    def _listed(self, record: SandboxRecord) -> dict[str, object]:
+        """A ``ListedSandbox`` in the API's JSON shape."""
+        started = record.started_at
+        end = started + datetime.timedelta(seconds=record.timeout or 300)
+        return {
+            "templateID": record.template,
+            "sandboxID": record.sandbox_id,
+            "clientID": "agentrl-e2b-double",
+            "startedAt": started.isoformat(),
+            "endAt": end.isoformat(),
+            "cpuCount": 2,
+            "memoryMB": 512,
+            "diskSizeMB": 1024,
+            "state": "running",
+            "envdVersion": self.envd_version,
+            "metadata": dict(record.metadata),
+        }
 
     def _arm_reaper(self, record: SandboxRecord) -> None:
         if record.reaper is not None:

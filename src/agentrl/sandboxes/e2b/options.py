@@ -32,6 +32,8 @@ _SETTINGS: dict[str, str] = {
     "backoff_base_sec": "AGENTRL_E2B_BACKOFF_BASE_SEC",
     "backoff_cap_sec": "AGENTRL_E2B_BACKOFF_CAP_SEC",
     "request_timeout_sec": "AGENTRL_E2B_REQUEST_TIMEOUT_SEC",
+    "owner": "AGENTRL_E2B_OWNER",
+    "sweep_stale": "AGENTRL_E2B_SWEEP_STALE",
 }
 #: option -> environment variables consulted in order (first non-empty wins).
 ENV_VARS: dict[str, tuple[str, ...]] = {
@@ -54,7 +56,10 @@ class E2BOptions:
     """Everything the ``e2b`` backend needs besides the image.
 
     ``rpc_retries`` counts re-sends after the first attempt (a transient failure on an
-    idempotent call is tried ``rpc_retries + 1`` times in all).
+    idempotent call is tried ``rpc_retries + 1`` times in all). ``run_id`` labels every
+    sandbox this run creates (default: this process's id, ``sweep.process_run_id()``);
+    ``owner`` names the deployment (default: this host's name) and ``sweep_stale`` kills,
+    before the first creation, what an earlier run of it left (see ``sweep``).
     """
 
     api_key: str | None = None
@@ -71,6 +76,9 @@ class E2BOptions:
     request_timeout_sec: float = attrs.field(default=60.0, validator=_positive)
     max_output_bytes: int | None = None
     metadata: dict[str, str] = attrs.field(factory=dict, converter=dict)
+    run_id: str | None = None
+    owner: str | None = None
+    sweep_stale: bool = False
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> E2BOptions:

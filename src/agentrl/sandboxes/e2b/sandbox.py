@@ -9,6 +9,11 @@ after a connection-pool reset, but only when the call is idempotent: a command s
 exists raises ``SandboxGoneError`` at once. The sandbox is killed on exit whatever
 happened; a failed kill is logged (the sandbox then ends when its lifetime runs out).
 
+Creation sends one idempotency key per boot (the ``Booter``'s ``BootKey``, kept across
+its re-attempts and our re-sends) and run labels in the metadata (``sweep``), so a
+sandbox whose answer was lost is found and killed when the start fails, and the
+``sweep`` classmethod kills what a run left at its close.
+
 The e2b SDK is imported only when a sandbox is constructed (the ``e2b`` extra).
 """
 
@@ -20,7 +25,6 @@ import ipaddress
 import logging
 import pathlib
 import random
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -37,6 +41,8 @@ from agentrl.sandboxes.base import (
     cap_output,
     max_output_bytes,
 )
+from agentrl.sandboxes.boot import BootKey, current_boot_key
+from agentrl.sandboxes.e2b import sweep as _sweep
 from agentrl.sandboxes.e2b.errors import Verdict, classify, rebuild_handle, reset_sdk_transports
 from agentrl.sandboxes.e2b.options import E2BOptions
 from agentrl.types import ExecResult, Task
@@ -99,6 +105,9 @@ class E2BSandbox(Sandbox):
         self._rng = rng or random.Random()
         self._handle: Any = None
         self.sandbox_id: str | None = None
+        #: The boot key of a creation under way (set until it returns or is cleaned up).
+        self._creating: BootKey | None = None
+        self._own_boot_key = BootKey()
         #: Every retried transient failure of this sandbox, in order.
         self.retry_log: list[RetryEvent] = []
 
@@ -112,6 +121,31 @@ class E2BSandbox(Sandbox):
         return frozenset(attrs.fields_dict(E2BOptions)) | {"environ", "rng"}
 
     @classmethod
+    async def sweep(
+        cls, *, run_id: str | None = None, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> list[str]:
+        """Kill every sandbox of run ``run_id`` still alive (call it when the run closes).
+
+        ``run_id`` defaults to the ``run_id`` option, else this process's run id; the
+        other options are the sandboxes' (the E2B target and ``owner``). Returns the ids
+        killed; a failed listing is logged and returns ``[]``.
+        """
+        options.pop("rng", None)
+        resolved = E2BOptions.resolve(environ, **options)
+        run = run_id or resolved.run_id or _sweep.process_run_id()
+        return await _sweep.sweep_run(_import_sdk(), resolved, run)
+
+    @classmethod
+    async def sweep_stale_runs(
+        cls, *, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> list[str]:
+        """Kill this deployment's (``owner``) sandboxes left by other runs whose process is
+        gone; the ids killed (``[]``, logged, when the listing fails). ``sweep_stale=True``
+        does this before the first creation."""
+        options.pop("rng", None)
+        return await _sweep.sweep_stale(_import_sdk(), E2BOptions.resolve(environ, **options))
+
+    @classmethod
     def check_task(cls, task: Task, **options: Any) -> None:
         """The e2b SDK is installed and the task's image (or the template) can be routed."""
         explicit = {k: v for k, v in options.items() if k not in ("environ", "rng")}
@@ -123,28 +157,63 @@ class E2BSandbox(Sandbox):
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Create the sandbox; on failure, kill what a lost answer may have created."""
         if self._handle is not None:
             raise SandboxError(f"e2b sandbox {self.sandbox_id} is already started")
         options = self.options
-        # Re-sending a creation with the same key returns the same sandbox, never a second one.
-        idempotency_key = str(uuid.uuid4())
+        if options.sweep_stale:
+            await _sweep.sweep_stale_once(self._sdk, options)
+        # One key per boot: a re-send (ours or the Booter's) gets the sandbox already made.
+        boot = current_boot_key() or self._own_boot_key
+        key = boot.value
+        metadata = {**self._boot_metadata, **_sweep.run_labels(options, key)}
+        maybe_created = False
+
+        async def create() -> Any:
+            nonlocal maybe_created
+            try:
+                return await self._sdk.AsyncSandbox.create(
+                    template=options.template,
+                    timeout=options.lifetime_sec,
+                    metadata=metadata,
+                    idempotency_key=key,
+                    **options.sdk_params(),
+                )
+            except Exception as exc:
+                # A transport failure may have lost the answer to a creation that happened.
+                maybe_created = maybe_created or classify(exc) is Verdict.TRANSIENT
+                raise
+
         what = f"create e2b sandbox (image {self.image!r}, template {options.template!r})"
-        self._handle = await self._call(
-            what,
-            lambda: self._sdk.AsyncSandbox.create(
-                template=options.template,
-                timeout=options.lifetime_sec,
-                metadata=self._boot_metadata,
-                idempotency_key=idempotency_key,
-                **options.sdk_params(),
-            ),
-            booting=True,
-        )
+        self._creating = boot
+        try:
+            self._handle = await self._call(what, create, booting=True)
+        except SandboxError as exc:
+            self._creating = None
+            killed = await asyncio.shield(self._reap(boot)) if maybe_created else []
+            if killed:
+                raise SandboxError(
+                    f"{exc} (killed {len(killed)} sandbox(es) it had created under lost "
+                    f"answers: {', '.join(killed)})"
+                ) from exc.__cause__
+            raise
+        self._creating = None
         self.sandbox_id = self._handle.sandbox_id
         logger.info("e2b sandbox %s started (image %s)", self.sandbox_id, self.image)
 
+    async def _reap(self, boot: BootKey) -> list[str]:
+        """Kill what was created under ``boot``'s key; a next attempt then gets a new key."""
+        killed = await _sweep.reap_boot(self._sdk, self.options, boot.value)
+        if killed:
+            boot.retire()
+        return killed
+
     async def aclose(self) -> None:
         if self._handle is None:
+            if self._creating is not None:  # the start was cancelled mid-creation
+                boot, self._creating = self._creating, None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._reap(boot))
             return
         handle = self._handle
         try:
