@@ -20,12 +20,14 @@ from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, tool_call
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.harnesses.errors import HarnessError
+from agentrl.harnesses.workspace import capture_diff, prepare_workspace
 from agentrl.rollout import RolloutConfig, RolloutResult, run_rollout
 from agentrl.rollout import phases as phases_module
 from agentrl.rollout.runner import ROLLOUTS_FILE, Runner
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
 from agentrl.testing.scripted_engine import ScriptedReply
-from agentrl.types import Outcome
+from agentrl.types import Outcome, Task
 
 pytestmark = pytest.mark.slow
 
@@ -317,3 +319,59 @@ async def test_a_batch_commits_every_rollout_when_one_is_dropped_and_one_raises(
     for index in (2, 3):
         log = rows[index]["agent_log"]
         assert "[agentrl: internal error]" in log and "Traceback" in log
+
+
+@pytest.fixture
+async def workspace(tmp_path):
+    """A started local sandbox with a small repository at /workspace and its baseline."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "mod.py").write_text("VALUE = 1\n")
+    async with LocalSandbox(repo=str(repo)) as box:
+        task = Task(instance_id="t-diff", problem_statement="Make VALUE 2.")
+        yield box, await prepare_workspace(box, task)
+
+
+async def test_a_diff_over_the_cap_is_refused_not_cut(workspace):
+    """Attack: the policy writes a diff larger than the output cap (so a cut one might be
+    graded as if whole). Bound: capture_diff raises HarnessError naming the cap; it never
+    returns a diff it did not read in full."""
+    box, baseline = workspace
+    blob = "head -c 300000 /dev/urandom | base64 > /workspace/big.txt"
+    assert (await box.exec(blob, user="agent")).exit_code == 0
+    excludes = ("PROBLEM_STATEMENT.md",)
+    with pytest.raises(HarnessError, match=r"over the cap of 65536"):
+        await capture_diff(box, "/workspace", baseline, excludes, max_bytes=65536)
+    assert (await box.exec("rm /workspace/big.txt", user="agent")).exit_code == 0
+    assert await capture_diff(box, "/workspace", baseline, excludes, max_bytes=65536) == ""
+
+
+async def test_a_diff_read_back_short_is_refused(workspace, monkeypatch):
+    """Attack: the diff file shrinks (or the backend caps the read) between its size and
+    its read. Bound: HarnessError, never a shorter diff."""
+    box, baseline = workspace
+    assert (await box.exec("echo 'VALUE = 2' > /workspace/mod.py", user="agent")).exit_code == 0
+    real_read = LocalSandbox.read_file
+
+    async def short_read(self, path, **kwargs):
+        return (await real_read(self, path, **kwargs))[:-10]
+
+    monkeypatch.setattr(LocalSandbox, "read_file", short_read)
+    with pytest.raises(HarnessError, match=r"came back with \d+ of its \d+ bytes"):
+        await capture_diff(box, "/workspace", baseline, ())
+
+
+async def test_git_hooks_and_fsmonitor_the_agent_planted_do_not_run_as_root(workspace):
+    """Attack: the policy sets core.fsmonitor and a pre-commit-style hook in .git/config so
+    that the root-run diff capture executes its command. Bound: the marker file is never
+    written; the diff is taken."""
+    box, baseline = workspace
+    plant = (
+        "cd /workspace && git config core.fsmonitor 'touch /tmp/pwned-fsmonitor; false' && "
+        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch /tmp/pwned-hook\\n' > .git/hooks/post-index-change && "
+        "chmod +x .git/hooks/post-index-change && echo 'VALUE = 2' > mod.py"
+    )
+    assert (await box.exec(plant, user="agent")).exit_code == 0, "could not plant"
+    diff = await capture_diff(box, "/workspace", baseline, ())
+    assert "+VALUE = 2" in diff
+    assert (await box.exec("ls /tmp/pwned-fsmonitor /tmp/pwned-hook", user="root")).exit_code != 0
