@@ -11,7 +11,7 @@ import pytest
 from rollout_support import FakeResult, FakeSample
 from rollout_support import fake_tasks as _tasks
 
-from agentrl.rollout.runner import Runner, rollout_key
+from agentrl.rollout.runner import RolloutJob, Runner, rollout_key
 from agentrl.types import Outcome, Task
 
 
@@ -164,6 +164,34 @@ async def test_infra_failures_are_marked_and_not_counted_as_reward(tmp_path):
     assert samples["task-0"]["remove_sample"] is True
     assert summary.failed == 1
     assert summary.to_dict()["solve_rate"] == 1.0
+
+
+async def test_a_rollout_that_raises_is_committed_as_infra_error_and_the_batch_goes_on(tmp_path):
+    """One rollout_fn raising (a bug) costs neither the batch nor its own line: all four
+    commit, the raising one as infra_error with its traceback as the agent log; on resume
+    it runs again."""
+
+    async def rollout(task, index):
+        if index == 1:
+            raise KeyError("the session was dropped")
+        await asyncio.sleep(0.05 * index)
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    runner = Runner(rollout, tmp_path, concurrency=4)
+    summary = await runner.run(runner.plan(_tasks(1), 4))
+    rows = {r["sample_index"]: r for r in _read(tmp_path / "rollouts.jsonl")}
+    assert sorted(rows) == [0, 1, 2, 3] and summary.done == 4
+    failed = rows[1]
+    assert failed["outcome"] == "infra_error" and failed["remove_sample"] is True
+    assert failed["error"] == "the rollout raised KeyError: 'the session was dropped'"
+    log = _read_text(failed["agent_log_path"])
+    assert log.startswith("[agentrl: internal error]\nTraceback") and "KeyError" in log
+    assert {r["outcome"] for i, r in rows.items() if i != 1} == {"solved"}
+    assert Runner(rollout, tmp_path).plan(_tasks(1), 4) == [RolloutJob(task=_tasks(1)[0], index=1)]
+
+
+def _read_text(path: str) -> str:
+    return pathlib.Path(path).read_text()
 
 
 def _exists(path: str) -> bool:

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 
 from agentrl.harnesses.base import HarnessError, give_to_user
-from agentrl.sandboxes.base import Sandbox
+from agentrl.sandboxes.base import Sandbox, max_output_bytes
 from agentrl.types import Task
 
 __all__ = ["BASELINE_REF", "capture_diff", "ensure_user", "prepare_workspace"]
@@ -24,7 +24,11 @@ logger = logging.getLogger(__name__)
 
 BASELINE_REF = "refs/agentrl/baseline"
 _STATE = "/tmp/agentrl-workspace"
-_GIT = "git -c safe.directory='*' -c core.autocrlf=false -c core.quotepath=false"
+#: Git as root in a workspace the agent controlled: its hooks and fsmonitor never run.
+_GIT = (
+    "git -c safe.directory='*' -c core.autocrlf=false -c core.quotepath=false "
+    "-c core.fsmonitor=false -c core.hooksPath=/dev/null"
+)
 
 
 def _git_env() -> dict[str, str]:
@@ -130,6 +134,14 @@ async def ensure_user(sandbox: Sandbox, user: str) -> None:
         )
 
 
+#: Exit codes of the capture script for a workspace the agent left with nothing to diff.
+_NO_DIFF_EXITS = {
+    81: "the workdir is gone or cannot be entered",
+    82: "the workdir is no longer a git repository (its .git was removed or broken)",
+    83: "the baseline commit is gone from the repository",
+}
+
+
 async def capture_diff(
     sandbox: Sandbox,
     workdir: str,
@@ -138,26 +150,51 @@ async def capture_diff(
     ignore: Sequence[str] = (),
     *,
     timeout: float = 300.0,
+    max_bytes: int | None = None,
 ) -> str:
     """The agent's changes since ``baseline`` as a binary-safe git diff (new files included).
 
     ``excludes`` are repository-relative paths left out (problem statement, harness
     files); ``ignore`` are gitignore patterns for untracked files (tool caches).
+
+    Raises ``HarnessError`` when there is no diff to take — the agent removed the workdir,
+    its ``.git`` or the baseline, made files unreadable, filled the disk — and when the
+    diff is larger than ``max_bytes`` (default: the sandbox output cap,
+    ``AGENTRL_SANDBOX_MAX_OUTPUT_BYTES``) or comes back shorter than it is: a cut diff is
+    never returned as if it were whole.
     """
+    limit = max_output_bytes(max_bytes)
+    q = shlex.quote
     script = (
+        f"cd {q(workdir)} 2>/dev/null || exit 81\n"
+        f'top=$({_GIT} rev-parse --show-toplevel 2>/dev/null) && cd "$top" || exit 82\n'
+        f"{_GIT} cat-file -e {q(baseline + '^{commit}')} 2>/dev/null || exit 83\n"
         "set -e\n"
-        f"cd {shlex.quote(workdir)}\n"
-        f'cd "$({_GIT} rev-parse --show-toplevel)"\n'
         f"{_snapshot_script(excludes, ignore)}\n"
-        f"{_GIT} diff --cached --binary --no-color --no-ext-diff {shlex.quote(baseline)} "
+        f"{_GIT} diff --cached --binary --no-color --no-ext-diff {q(baseline)} "
         f"> {_STATE}/agent.diff\n"
+        f"wc -c < {_STATE}/agent.diff\n"
     )
     result = await sandbox.exec(script, user="root", env=_git_env(), timeout=timeout)
-    if result.exit_code != 0:
+    if result.exit_code in _NO_DIFF_EXITS:
+        raise HarnessError(f"no diff to take in {workdir}: {_NO_DIFF_EXITS[result.exit_code]}")
+    size = result.stdout.strip().splitlines()[-1:] if result.exit_code == 0 else []
+    if not size or not size[0].isdigit():
         raise HarnessError(
             f"could not read the agent's diff in {workdir} (exit {result.exit_code}): "
-            f"{result.stderr.strip()[-800:]}"
+            f"{(result.stderr or result.stdout).strip()[-800:]}"
+        )
+    expected = int(size[0])
+    if expected > limit:
+        raise HarnessError(
+            f"the agent's diff is {expected} bytes, over the cap of {limit} "
+            "(AGENTRL_SANDBOX_MAX_OUTPUT_BYTES); it is not graded"
         )
     # Read as a file: exec output is capped, and a cut diff would not apply.
-    data = await sandbox.read_file(f"{_STATE}/agent.diff", text=False)
-    return bytes(data).decode("utf-8", errors="surrogateescape")
+    data = bytes(await sandbox.read_file(f"{_STATE}/agent.diff", text=False))
+    if len(data) != expected:
+        raise HarnessError(
+            f"the agent's diff came back with {len(data)} of its {expected} bytes; "
+            "a cut diff is not graded"
+        )
+    return data.decode("utf-8", errors="surrogateescape")

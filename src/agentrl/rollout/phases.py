@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ import attrs
 
 from agentrl.graders.base import Grader, SandboxFactory, grade_diff, grader_failed
 from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessContext
+from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.sandboxes.boot import Booter, BootError
@@ -36,12 +38,26 @@ logger = logging.getLogger("agentrl.rollout")
 GRADE_SETUP_MARGIN = 120.0
 
 
-class Failure(Exception):
-    """Ends a rollout early with a non-trainable outcome."""
+#: What a sandbox, a harness or the workspace raise when the sandbox misbehaves: once the
+#: policy has acted, the policy can cause any of these. Anything else is a bug of ours.
+POLICY_REACHABLE_ERRORS: tuple[type[BaseException], ...] = (
+    SandboxError,
+    HarnessError,
+    OSError,
+    TimeoutError,
+    asyncio.TimeoutError,
+)
 
-    def __init__(self, outcome: Outcome, message: str) -> None:
+
+class Failure(Exception):
+    """Ends a rollout early: ``infra_error`` (never trains), or ``agent_error`` when the
+    policy broke its own sandbox (it trains, with reward 0); ``trace`` is the traceback of
+    an internal error."""
+
+    def __init__(self, outcome: Outcome, message: str, trace: str = "") -> None:
         super().__init__(message)
         self.outcome = outcome
+        self.trace = trace
 
 
 @attrs.define
@@ -60,6 +76,10 @@ class State:
     session_open: bool = False
     unrecorded_turns: int = 0
     recorded_turns: int = 0
+    #: The policy broke its own sandbox after it acted (``fail`` set ``agent_error``).
+    policy_failed: bool = False
+    #: The traceback of an internal error (a bug of ours), for the result's agent log.
+    traceback: str = ""
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:
@@ -117,15 +137,31 @@ class Phases:
                     f"the rollout guard of {config.guard_timeout:g}s expired during the "
                     f"{state.phase!r} phase; raise guard_timeout or find what hangs",
                 )
-            classify(state, self.turn_facts(), config)
-            if state.session_open:
-                with state.timed("finish"):
-                    samples = await self._finish()
+            except Exception as exc:
+                self._internal_error(exc)
+            try:
+                classify(state, self.turn_facts(), config)
+                if state.session_open:
+                    with state.timed("finish"):
+                        samples = await self._finish()
+            except Exception as exc:
+                self._internal_error(exc)
         finally:
             with contextlib.suppress(Exception):
                 await self.middleware.drop_session(state.sid)
         state.timings["total"] = round(time.monotonic() - started, 3)
         return self.turn_facts(), samples
+
+    def _internal_error(self, exc: Exception) -> None:
+        """A bug of ours escaped a phase: ``infra_error``, its traceback kept for the log."""
+        logger.exception(
+            "rollout %s: internal error in the %r phase", self.state.sid, self.state.phase
+        )
+        self.state.outcome = Outcome.INFRA_ERROR
+        self.state.error = (
+            f"internal error in the {self.state.phase!r} phase: {type(exc).__name__}: {exc}"
+        )
+        self.state.traceback = self.state.traceback or _trace(exc)
 
     def turn_facts(self) -> list[TurnFact]:
         """What the session recorded of each turn so far (none before it opened)."""
@@ -137,6 +173,8 @@ class Phases:
             await self._agent()
         except Failure as failure:
             state.fail(failure.outcome, str(failure))
+            state.policy_failed = state.outcome is Outcome.AGENT_ERROR
+            state.traceback = state.traceback or failure.trace
             return
         with state.timed("grade"):
             state.grade = await self._grade()
@@ -180,17 +218,15 @@ class Phases:
                 await _guarded("install the agent CLI", harness.install(sandbox))
                 await _guarded("configure the agent CLI", harness.configure(sandbox, ctx))
             with state.timed("agent"):
-                prompt = self.prompt
-                state.exit_code = await _guarded(
+                state.exit_code = await self._after_start(
+                    sandbox,
                     "run the agent CLI",
-                    harness.run(sandbox, ctx, prompt, config.agent_time_budget),
+                    harness.run(sandbox, ctx, self.prompt, config.agent_time_budget),
                 )
-                session = self.middleware.session(state.sid)
-                state.recorded_turns = session.turns_recorded
-                state.unrecorded_turns = session.turns_started - session.turns_recorded
             with state.timed("diff"):
                 excludes = (config.problem_file, *harness.workspace_excludes)
-                state.diff = await _guarded(
+                state.diff = await self._after_start(
+                    sandbox,
                     "capture the diff",
                     capture_diff(sandbox, task.workdir, baseline, excludes, config.diff_ignore),
                 )
@@ -211,6 +247,49 @@ class Phases:
         self.session = self.middleware.session(self.state.sid)
         self.state.session_open = True
         return token
+
+    def _count_turns(self) -> None:
+        """Read the session's turn counters (the held session: it may have been dropped)."""
+        if self.session is not None:
+            self.state.recorded_turns = self.session.turns_recorded
+            self.state.unrecorded_turns = self.session.turns_started - self.session.turns_recorded
+
+    async def _after_start(self, sandbox: Sandbox, what: str, step: Any) -> Any:
+        """Await a step that runs once the agent CLI was started, and judge its failure.
+
+        Once the policy has acted (a turn of it was recorded), whatever the sandbox does
+        is its doing: a failure here ends the rollout as ``agent_error`` (reward 0, it
+        trains) unless there is evidence the policy cannot forge that infrastructure
+        failed: no turn recorded yet, the backend says it lost the sandbox itself, or the
+        exception is not one a sandbox raises (a bug in our code: ``infra_error``).
+        """
+        try:
+            return await step
+        except (Failure, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise await self._judge(sandbox, what, exc) from exc
+        finally:
+            self._count_turns()
+
+    async def _judge(self, sandbox: Sandbox, what: str, exc: Exception) -> Failure:
+        state = self.state
+        message = f"could not {what}: {type(exc).__name__}: {exc}"
+        self._count_turns()
+        if not isinstance(exc, POLICY_REACHABLE_ERRORS):
+            logger.exception("rollout %s: an internal error in %r", state.sid, state.phase)
+            return Failure(Outcome.INFRA_ERROR, f"internal error: {message}", _trace(exc))
+        logger.info("rollout %s: %s", state.sid, message)
+        if not state.recorded_turns:
+            return Failure(Outcome.INFRA_ERROR, f"{message} (before the policy acted)")
+        try:
+            external = await asyncio.wait_for(sandbox.lost_externally(exc), 60)
+        except Exception:
+            logger.warning("lost_externally failed for %s", state.sid, exc_info=True)
+            external = False
+        if external:
+            return Failure(Outcome.INFRA_ERROR, f"{message} (the backend lost the sandbox)")
+        return Failure(Outcome.AGENT_ERROR, f"{message} (after the agent ran: its doing)")
 
     async def _boot(self) -> Sandbox:
         try:
@@ -270,10 +349,16 @@ async def _guarded(what: str, step: Any) -> Any:
     except (Failure, asyncio.CancelledError):
         raise
     except Exception as exc:
-        logger.debug("could not %s", what, exc_info=True)
-        raise Failure(
-            Outcome.INFRA_ERROR, f"could not {what}: {type(exc).__name__}: {exc}"
-        ) from exc
+        message = f"could not {what}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, POLICY_REACHABLE_ERRORS):
+            logger.debug("could not %s", what, exc_info=True)
+            raise Failure(Outcome.INFRA_ERROR, message) from exc
+        logger.exception("could not %s: an internal error", what)
+        raise Failure(Outcome.INFRA_ERROR, f"internal error: {message}", _trace(exc)) from exc
+
+
+def _trace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def _sandbox_url(sandbox: Sandbox, middleware: Middleware, config: RolloutConfig) -> str:
@@ -299,6 +384,14 @@ def _sandbox_url(sandbox: Sandbox, middleware: Middleware, config: RolloutConfig
 def classify(state: State, turns: Sequence[TurnFact], config: RolloutConfig) -> None:
     """Settle the outcome from the exit code, the turns and the grade."""
     if state.outcome is not None and not state.outcome.trainable:
+        return
+    if state.policy_failed:
+        if state.unrecorded_turns:
+            state.fail(
+                Outcome.INFRA_ERROR,
+                f"{state.unrecorded_turns} turn(s) failed in the middleware or engine before "
+                f"the sandbox failed: {state.error}",
+            )
         return
     code = state.exit_code
     if code is None:

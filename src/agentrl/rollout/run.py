@@ -16,7 +16,9 @@ a middleware session → ``install`` and configure the harness → ``agent`` (th
 everything; the session is always dropped and the sandbox always closed.
 
 Outcomes: infrastructure and grader failures are never a reward of 0 that trains the
-policy: their results say ``remove_sample``.
+policy: their results say ``remove_sample``. Once the policy has acted, what happens to its
+sandbox is its doing: a sandbox killed, a workspace destroyed, a diff that cannot be taken
+are an ``agent_error`` with reward 0 that trains (the rule is in docs/rollouts.md).
 """
 
 from __future__ import annotations
@@ -101,6 +103,13 @@ class RolloutResult:
         }
 
 
+def with_traceback(agent_log: str, trace: str) -> str:
+    """The agent log followed by the traceback of an internal error, when there was one."""
+    if not trace:
+        return agent_log
+    return f"{agent_log.rstrip()}\n[agentrl: internal error]\n{trace}".lstrip("\n")
+
+
 def rollout_booter(config: RolloutConfig, semaphore: asyncio.Semaphore | None) -> Booter:
     """The booter for a rollout's agent and grading sandboxes: ``config``'s retry policy
     (``boot_retries`` after the first attempt, ``boot_backoff`` seconds growing from
@@ -148,7 +157,8 @@ async def run_rollout(
     )
     turns, samples = await rollout.run()
     state = rollout.state
-    assert state.outcome is not None
+    if state.outcome is None:  # never: every path of ``run`` settles one
+        state.outcome, state.error = Outcome.INFRA_ERROR, state.error or "no outcome was settled"
     result = RolloutResult(
         instance_id=task.instance_id,
         session_id=state.sid,
@@ -161,7 +171,7 @@ async def run_rollout(
         turns=max(len(turns), state.recorded_turns),
         sampled_tokens=sum(turn.output_tokens for turn in turns),
         timings=dict(state.timings),
-        agent_log=state.agent_log,
+        agent_log=with_traceback(state.agent_log, state.traceback),
         error=state.error,
         harness=harness.name,
         turn_facts=tuple(turns),

@@ -30,6 +30,7 @@ import os
 import pathlib
 import statistics
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ from agentrl.types import Outcome, Task
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RolloutJob", "RunSummary", "Runner", "rollout_key"]
+__all__ = ["FailedRollout", "RolloutJob", "RunSummary", "Runner", "rollout_key"]
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 FAILED_FILE = "rollouts.failed.jsonl"
@@ -147,6 +148,48 @@ class RunSummary:
 RolloutFn = Callable[[Task, int], Awaitable[Any]]
 
 
+@attrs.frozen(kw_only=True)
+class FailedRollout:
+    """What the runner commits for a rollout whose ``rollout_fn`` raised: an ``infra_error``
+    with the traceback as its agent log (the same row shape as ``RolloutResult.to_dict``)."""
+
+    instance_id: str
+    error: str
+    agent_log: str
+    outcome: Outcome = Outcome.INFRA_ERROR
+    samples: tuple[Any, ...] = ()
+    diff: str = ""
+    remove_sample: bool = True
+
+    @classmethod
+    def from_exception(cls, job: RolloutJob, exc: BaseException) -> FailedRollout:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(
+            instance_id=job.task.instance_id,
+            error=f"the rollout raised {type(exc).__name__}: {exc}",
+            agent_log=f"[agentrl: internal error]\n{trace}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "session_id": "",
+            "harness": "",
+            "outcome": self.outcome.value,
+            "reward": 0.0,
+            "remove_sample": True,
+            "num_samples": 0,
+            "agent_exit_code": None,
+            "turns": 0,
+            "sampled_tokens": 0,
+            "timings": {},
+            "grade": None,
+            "error": self.error,
+            "diff": "",
+            "agent_log": self.agent_log,
+        }
+
+
 class Runner:
     """Runs jobs with bounded concurrency and writes resumable output files."""
 
@@ -234,6 +277,10 @@ class Runner:
                     on_update(self.summary)
                 try:
                     result = await self.rollout_fn(job.task, job.index)
+                except Exception as exc:
+                    # One rollout's bug must not cost the batch: it commits as infra_error.
+                    logger.exception("rollout %s raised; recorded as infra_error", job.key)
+                    result = FailedRollout.from_exception(job, exc)
                 finally:
                     self.summary.running -= 1
                 # A finished rollout is committed in full even if the run is cancelled now.
@@ -243,7 +290,11 @@ class Runner:
 
         tasks = [asyncio.create_task(one(job), name=job.key) for job in jobs]
         try:
-            await asyncio.gather(*tasks)
+            # Every job runs to its end even when another's commit fails; the first
+            # failure is raised after.
+            for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
         finally:
             for task in tasks:
                 task.cancel()

@@ -272,6 +272,19 @@ class Sandbox(abc.ABC):
     def url_for(self, host: str, port: int) -> str:
         """The base URL an agent inside reaches the host service ``host:port`` at."""
 
+    async def lost_externally(self, error: BaseException) -> bool:
+        """Whether ``error``, raised once the agent ran, came from outside the sandbox.
+
+        A rollout asks this when the sandbox fails it after the policy has acted (an exec
+        or a file read failing, the sandbox gone). By default there is no such evidence:
+        whatever happens inside a sandbox is taken to be the agent's doing (it can kill
+        every process and delete every file), so the rollout trains with reward 0. A
+        backend that can tell, from something the agent cannot forge, that it lost the
+        sandbox for its own reasons (a host-side teardown, the provider reaping it)
+        overrides this to say True; the rollout is then an ``infra_error``. Never raises.
+        """
+        return False
+
     async def __aenter__(self) -> Sandbox:
         await self.start()
         return self
