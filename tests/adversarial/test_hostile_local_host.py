@@ -162,3 +162,21 @@ async def test_a_flood_of_stdout_costs_the_host_neither_disk_nor_memory(state_di
     assert after - before < 1 << 20
     assert rss_after - rss_before < 64 * 1024  # KiB: the host never held the flood
     assert alive.stdout == "alive\n" and elapsed < 15
+
+
+async def test_who_ended_the_sandbox_is_known_from_outside_it(state_dir):
+    """``kill -9 -1`` by the agent ends the sandbox as the agent's doing
+    (``lost_externally`` False, so the rollout trains); the host killing bubblewrap's outer
+    process, which no process inside can signal, is external (True)."""
+    from agentrl.sandboxes.base import SandboxError
+
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        with pytest.raises(SandboxError) as by_agent:
+            await sb.exec("kill -9 -1; sleep 5", user="agent", timeout=20)
+            await sb.exec("true")
+        assert await sb.lost_externally(by_agent.value) is False
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        os.kill(sb._process.pid, 9)
+        with pytest.raises(SandboxError) as by_host:
+            await sb.exec("sleep 5", timeout=20)
+        assert await sb.lost_externally(by_host.value) is True

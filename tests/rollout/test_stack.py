@@ -339,3 +339,34 @@ async def test_the_stack_builds_its_middleware_in_the_chosen_prompt_mode(qwen_to
     assert options.prompt_mode == "splice"
     async with Stack(attrs.evolve(options, prompt_mode=mode)) as stack:
         assert stack.middleware.prompt_mode == mode
+
+
+async def test_closing_an_e2b_stack_sweeps_only_its_own_leftovers(qwen_tokenizer_dir):
+    """Each stack labels its sandboxes with a run id of its own; closing it kills the one
+    it left alive (a lost create answer, a crash) and spares another stack's live one.
+    Against the E2B double, which speaks the SDK's wire protocol."""
+    from agentrl.testing.e2b_server import E2BServer
+
+    async with E2BServer(api_key="k") as server:
+        target = {"api_key": "k", "api_url": server.url, "sandbox_url": server.url}
+
+        def options() -> StackOptions:
+            return StackOptions(
+                sandbox="e2b",
+                public_host="127.0.0.1",
+                engine_url="http://127.0.0.1:9",
+                tokenizer=str(qwen_tokenizer_dir),
+                sandbox_options={**target, "environ": {}, "template": "base"},
+            )
+
+        task = Task(instance_id="t", problem_statement="x")
+        async with Stack(options()) as other:
+            spared = other.sandbox_factory(task)
+            await spared.start()
+            async with Stack(options()) as stack:
+                assert stack.sandbox_options["run_id"] != other.sandbox_options["run_id"]
+                left = stack.sandbox_factory(task)
+                await left.start()  # never closed
+            live = {record.sandbox_id for record in server.live_sandboxes()}
+            assert live == {spared.sandbox_id}
+            await spared.aclose()

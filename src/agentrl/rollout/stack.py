@@ -267,6 +267,10 @@ class Stack:
             await middleware.start(host=o.bind_host, port=o.port)
             port = urllib.parse.urlsplit(middleware.url).port
             where = {"middleware_host": o.public_host, "middleware_port": port}
+        names = getattr(sandbox_cls, "option_names", lambda: None)()
+        if "run_id" in (names or ()):
+            # The run's own label, so closing this stack sweeps only what it created.
+            sandbox_options["run_id"] = uuid.uuid4().hex
         self.sandbox_options = merge_sandbox_options(sandbox_options, o.sandbox_options)
         self.harness = harness_cls(**harness_options)
         self.boot_semaphore = asyncio.Semaphore(o.boot_concurrency)
@@ -370,14 +374,24 @@ class Stack:
             raise RuntimeError("the stack is not started: use `async with Stack(options)`")
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    async def _sweep_sandboxes(self) -> None:
+        sweep = getattr(self._sandbox_cls, "sweep", None)
+        swept = await sweep(**self.sandbox_options) if sweep is not None else []
+        if swept:
+            logger.warning("destroyed %d sandbox(es) this run left alive: %s", len(swept), swept)
+
     async def aclose(self) -> None:
-        """Close the middleware, then the engine, then remove the socket directory.
+        """Close the middleware, then the engine, then remove the socket directory; first,
+        the sandbox backend sweeps what the run may have left alive (``Sandbox.sweep``).
 
         Each step runs even when an earlier one fails (the first error is raised after).
         """
         middleware, engine, tmp = self.middleware, self.engine, self._tmp
+        started = middleware is not None
         self.middleware = self.engine = self._tmp = None
         async with contextlib.AsyncExitStack() as cleanup:
+            if started:
+                cleanup.push_async_callback(self._sweep_sandboxes)
             if tmp is not None:
                 cleanup.callback(tmp.cleanup)
             if engine is not None:

@@ -285,6 +285,14 @@ class Sandbox(abc.ABC):
         """
         return False
 
+    @classmethod
+    async def sweep(cls, **options: Any) -> list[str]:
+        """Destroy what this run (its ``run_id`` option, when the backend has one) may have
+        left alive; the stack calls it when it closes. Returns what it destroyed, never
+        raises. By default nothing: ``aclose`` leaves nothing behind. ``e2b`` kills the
+        run's sandboxes a lost create answer or a crash left running."""
+        return []
+
     async def __aenter__(self) -> Sandbox:
         await self.start()
         return self

@@ -195,6 +195,14 @@ class LocalSandbox(Sandbox):
         if survivors:
             logger.error("local sandbox: processes survived teardown: %s", survivors)
 
+    async def lost_externally(self, error: BaseException) -> bool:
+        """True when this host ended the sandbox: its own teardown began, or bubblewrap's
+        outer process (outside the sandbox's pid namespace, out of the agent's reach) was
+        killed by a signal. A sandbox whose processes the agent killed exits on its own."""
+        process = self._process
+        code = process.child.returncode if process is not None else None
+        return self._closed or (code is not None and code < 0)
+
     # -- exec ------------------------------------------------------------------------------
     def _check_alive(self) -> ControlChannel:
         """The control channel of a started sandbox that is still running, or raise."""
