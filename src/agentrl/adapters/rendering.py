@@ -256,7 +256,9 @@ class IncrementalRenderer:
             start_char, start_ids = 0, 0
         ids, cut_chars, cut_ids = old_ids[:start_ids], old_cut_chars[:cut], old_cut_ids[:cut]
         tail = text[start_char:]
-        encoding = self._backend.encode(tail, add_special_tokens=False)
+        # encode_batch, not encode: it releases the GIL for a text holding added tokens
+        # (a chat template's), so renders in the pool do not stall the event loop.
+        encoding = self._backend.encode_batch([tail], add_special_tokens=False)[0]
         boundary_ids = self._boundary_ids
         for token_id, (_, end) in zip(encoding.ids, encoding.offsets, strict=True):
             ids.append(token_id)
