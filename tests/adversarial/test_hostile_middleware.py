@@ -481,3 +481,21 @@ async def test_header_overflow_is_400_without_a_traceback(
     assert any("Error handling request" in r.getMessage() for r in no_tracebacks.records)
     client = client_for("anthropic")
     await client.still_usable("s", agentrl_middleware.open_session("s"))
+
+
+async def test_a_policy_sampling_deep_tool_arguments_gets_its_turn_recorded(
+    client_for, agentrl_scripted_engine, no_tracebacks
+):
+    """Attack: the policy itself samples a tool call with 3,000-deep JSON arguments.
+    Bound: a 200 and a recorded (ill-formed) turn, not a 500 that leaves the turn
+    unrecorded (which the rollout would call infra_error, escaping the reward)."""
+    client = client_for("anthropic")
+    token = client.mw.open_session("s")
+    call = '<tool_call>\n{"name": "f", "arguments": ' + nested(3_000) + "}\n</tool_call>"
+    agentrl_scripted_engine.queue(call, session="s")
+    tools = [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+    body = hello("anthropic", tools=tools, max_tokens=32_000)
+    await client.post(token, body=body, status=200)
+    session = client.mw.session("s")
+    assert (session.turns_started, session.turns_recorded) == (1, 1)
+    await client.still_usable("s", token)
