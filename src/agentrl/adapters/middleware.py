@@ -9,12 +9,16 @@
     samples = await mw.finish_session(sid, reward=1.0, metadata={...})
     await mw.drop_session(sid); await mw.close()
 
-One request: read and check the body (400 / 413 in the protocol's error shape), find the
-session by its token (401 unknown, 403 closed), take the session lock, enforce the turn
-cap (429) and translate the request; the turn itself (render, clamp, generate, parse,
-reply, record) is :mod:`agentrl.adapters.turns`. A client that goes away cancels the
-handler (``handler_cancellation``), which aborts the engine request; that turn is not
-recorded. Each session keeps what it recorded (``session(sid).turn_facts``) for the
+One request: find the session by its token in the headers (401 unknown, 403 closed)
+before any of the body is read; read the body up to the session's cap (413; see
+:mod:`agentrl.adapters.limits`); decode, check and translate it in the render pool (400
+in the protocol's error shape; :mod:`agentrl.adapters.offload`); take the session lock,
+enforce the turn cap (429) and start the turn; the turn itself (render, clamp, generate,
+parse, reply, record) is :mod:`agentrl.adapters.turns`. A started turn is recorded, or
+rolled back when the client's request made it fail (a 4xx, the client going away), so
+``turns_started - turns_recorded`` counts only turns the engine or the middleware failed.
+A client that goes away cancels the handler (``handler_cancellation``), which aborts the
+engine request. Each session keeps what it recorded (``session(sid).turn_facts``) for the
 rollout that owns it.
 """
 
@@ -27,12 +31,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from agentrl import plugins
 from agentrl.adapters import probes
-from agentrl.adapters.base import Adapter, ProtocolError
-from agentrl.adapters.probes import read_json_body
+from agentrl.adapters.base import Adapter, ChatRequest, ProtocolError
+from agentrl.adapters.limits import body_cap, count_tokens_allowance, decode_json, read_body
+from agentrl.adapters.offload import Offloader
 from agentrl.adapters.rendering import render_full
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.splice import check_prompt_mode
@@ -50,6 +56,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
+#: The ceiling of every session's body cap (:func:`~agentrl.adapters.limits.body_cap`).
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
@@ -99,6 +106,7 @@ class Middleware:
         incremental_render: bool = True,
         timings_kept: int = 100_000,
         prompt_mode: str = "splice",
+        render_workers: int | None = None,
     ) -> None:
         check_chat_template_support(tokenizer)
         #: What every turn uses; the properties below read through to it.
@@ -113,6 +121,7 @@ class Middleware:
             timings=collections.deque(maxlen=timings_kept),
             stop_ids=frozenset(getattr(tokenizer, "all_special_ids", ()) or ()),
             prompt_mode=check_prompt_mode(prompt_mode),
+            offloader=Offloader(render_workers),
         )
         self.max_body_bytes = int(max_body_bytes)
         self.model_name = model_name
@@ -157,6 +166,7 @@ class Middleware:
         app = web.Application(
             client_max_size=self.max_body_bytes,
             middlewares=[probes.json_route_errors(self.adapters)],
+            handler_args={"logger": probes.server_logger()},
         )
         seen: dict[tuple[str, str], str] = {}
         for adapter in self.adapters:
@@ -167,7 +177,9 @@ class Middleware:
                         f"{method} {path}; pass adapters=[...] to choose one"
                     )
                 seen[(method, path)] = adapter.name
-                app.router.add_route(method, path, self._handler(adapter, kind))
+                app.router.add_route(
+                    method, path, self._handler(adapter, kind), expect_handler=self._expect(adapter)
+                )
         for path in ("/", "/api/hello"):
             app.router.add_get(path, probes.alive)
         app.router.add_get("/healthz", probes.health_handler(lambda: self.engine))
@@ -213,6 +225,7 @@ class Middleware:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.turns.offloader.close()
 
     async def __aenter__(self) -> Middleware:
         return self
@@ -253,6 +266,10 @@ class Middleware:
     def session(self, sid: str) -> Session:
         """The open session ``sid`` (KeyError naming it otherwise)."""
         return self._sessions.get(sid)
+
+    def body_limit(self, sid: str) -> int:
+        """The largest request body session ``sid`` may send, in bytes (its routes alike)."""
+        return body_cap(self._sessions.get(sid).max_context_tokens, self.max_body_bytes)
 
     async def finish_session(
         self,
@@ -334,24 +351,72 @@ class Middleware:
 
         return handle
 
+    def _expect(self, adapter: Adapter):
+        """``Expect: 100-continue``: authenticate and check the declared size before the
+        client is told to send its body."""
+
+        async def expect(request: web.Request) -> web.StreamResponse | None:
+            if request.version != HttpVersion11:
+                return None
+            if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
+                return adapter.error_response(ProtocolError(417, "only 100-continue is expected"))
+            try:
+                session = self._sessions.authenticate(request.headers)
+                cap = body_cap(session.max_context_tokens, self.max_body_bytes)
+                if (request.content_length or 0) > cap:
+                    await read_body(request, cap)  # raises the 413 without reading
+            except ProtocolError as error:
+                return adapter.error_response(error)
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+            return None
+
+        return expect
+
+    async def _read_chat(
+        self, adapter: Adapter, request: web.Request, session: Session
+    ) -> ChatRequest:
+        """The body, read up to the session's cap, then decoded, checked and translated in
+        the render pool."""
+        raw = await read_body(request, body_cap(session.max_context_tokens, self.max_body_bytes))
+        headers = request.headers
+
+        def translate() -> ChatRequest:
+            return adapter.parse_request(decode_json(raw), headers)
+
+        return await self.turns.offloader.run(session, translate)
+
     async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
-        body = await read_json_body(request, self.max_body_bytes)
-        self._sessions.authenticate(request.headers)
-        chat = adapter.parse_request(body, request.headers)
-        with renderable():
-            ids = render_full(
-                self.tokenizer,
-                chat.messages,
-                chat.tools,
-                chat_template_kwargs=self.chat_template_kwargs,
+        session = self._sessions.authenticate(request.headers)
+        allowed = count_tokens_allowance(session.turns_started)
+        session.count_calls += 1
+        if session.count_calls > allowed:
+            raise ProtocolError(
+                429,
+                f"session {session.sid!r} made more than {allowed} count_tokens calls: a "
+                "session may make 32, and 4 more per turn it starts",
             )
-        return web.json_response(adapter.count_reply(len(ids)))
+        chat = await self._read_chat(adapter, request, session)
+
+        def count() -> int:
+            with renderable():
+                return len(
+                    render_full(
+                        self.tokenizer,
+                        chat.messages,
+                        chat.tools,
+                        chat_template_kwargs=self.chat_template_kwargs,
+                    )
+                )
+
+        return web.json_response(
+            adapter.count_reply(await self.turns.offloader.run(session, count))
+        )
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        body = await read_json_body(request, self.max_body_bytes)
         session = self._sessions.authenticate(request.headers)
-        chat = adapter.parse_request(body, request.headers)
+        chat = await self._read_chat(adapter, request, session)
         task = asyncio.current_task()
         async with session.lock:
             if session.closed:
@@ -362,13 +427,27 @@ class Middleware:
                     f"session {session.sid!r} reached its turn cap of {session.max_turns} "
                     "(open_session(max_turns=...)); the run is over",
                 )
-            turn_index = session.turns_started
+            turn_index = session.next_index
+            session.next_index += 1
             session.turns_started += 1
+            recorded = session.turns_recorded
             if task is not None:
                 session.inflight.add(task)
             try:
                 return await self.turns.run(
                     adapter, request, session, chat, index=turn_index, started=started
                 )
+            except BaseException as exc:
+                if session.turns_recorded == recorded and not _infra_failure(exc):
+                    session.turns_started -= 1  # the client's doing: roll the turn back
+                raise
             finally:
                 session.inflight.discard(task)
+
+
+def _infra_failure(exc: BaseException) -> bool:
+    """Whether a turn that raised ``exc`` failed in the engine or the middleware (it stays
+    started and unrecorded) rather than by the client's request or its going away."""
+    if isinstance(exc, ProtocolError):
+        return exc.status >= 500
+    return not isinstance(exc, (asyncio.CancelledError, ConnectionError))

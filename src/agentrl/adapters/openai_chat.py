@@ -29,6 +29,7 @@ from agentrl.adapters.wire import (
     function_tool,
     int_field,
     parse_arguments,
+    positive_int_field,
     refuse_logprobs,
     refuse_structured_output,
     sampling_hints,
@@ -74,7 +75,9 @@ def translate_assistant(raw: Mapping[str, Any], field: str) -> tuple[dict[str, A
             arguments = expect_type(
                 function.get("arguments"), (str, dict), f"{cfield}.function.arguments"
             )
-            message["tool_calls"].append(chat_tool_call(name, parse_arguments(arguments)))
+            message["tool_calls"].append(
+                chat_tool_call(name, parse_arguments(arguments, f"{cfield}.function.arguments"))
+            )
             if isinstance(call.get("id"), str):
                 ids.append(call["id"])
     return message, ids
@@ -141,9 +144,9 @@ class OpenAIChatAdapter(Adapter):
         if not messages:
             raise ProtocolError(400, "messages: expected at least one message", param="messages")
         options = expect_type(body.get("stream_options"), dict, "stream_options") or {}
-        max_tokens = int_field(body, "max_completion_tokens")
+        max_tokens = positive_int_field(body, "max_completion_tokens")
         if max_tokens is None:
-            max_tokens = int_field(body, "max_tokens")
+            max_tokens = positive_int_field(body, "max_tokens")
         n = int_field(body, "n")
         if n not in (None, 1):
             raise ProtocolError(400, f"n: only n=1 is supported, got {n}", param="n")

@@ -35,6 +35,7 @@ from agentrl.adapters.wire import (
     function_tool,
     int_field,
     parse_arguments,
+    positive_int_field,
     refuse_logprobs,
     refuse_structured_output,
     sampling_hints,
@@ -174,7 +175,8 @@ def translate_input(
             namespace = expect_type(item.get("namespace"), str, f"{field}.namespace")
             if kind == "function_call":
                 arguments = parse_arguments(
-                    expect_type(item.get("arguments"), str, f"{field}.arguments")
+                    expect_type(item.get("arguments"), str, f"{field}.arguments"),
+                    f"{field}.arguments",
                 )
             else:
                 arguments = {
@@ -256,7 +258,7 @@ class OpenAIResponsesAdapter(Adapter):
             tools=tools.schemas or None,
             stream=bool(expect_type(body.get("stream"), bool, "stream")),
             model=expect_type(body.get("model"), str, "model") or "",
-            max_tokens=int_field(body, "max_output_tokens"),
+            max_tokens=positive_int_field(body, "max_output_tokens"),
             **sampling_hints(body, stop_key="stop"),
             replayed_ids=replayed,
             context={"tools": tools},

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from agentrl.adapters.base import Adapter, ProtocolError, generic_error_body
+from agentrl.adapters.limits import decode_json, read_body
 from agentrl.engines.base import Engine, EngineError
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "json_route_errors",
     "models_handler",
     "read_json_body",
+    "server_logger",
 ]
 
 logger = logging.getLogger(__name__)
@@ -87,19 +89,32 @@ def models_handler(model_name: str):
 
 
 async def read_json_body(request: web.Request, limit: int) -> Any:
-    """The parsed JSON body; 413 over ``limit`` bytes, 400 when it is not JSON."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ProtocolError(
-            413,
-            f"request body is larger than the middleware's limit of {limit} bytes "
-            "(Middleware(max_body_bytes=...))",
-        ) from None
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(400, f"request body is not valid JSON: {exc}") from None
+    """The parsed, checked JSON body (:func:`~agentrl.adapters.limits.decode_json`); 413 over
+    ``limit`` bytes (nothing past the limit is read), 400 when it is not acceptable JSON.
+
+    It decodes on the calling thread; the middleware decodes in its pool instead.
+    """
+    return decode_json(await read_body(request, limit))
+
+
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's low-level server log with malformed requests on one line, no traceback.
+
+    A header line over ``max_line_size``, a field over ``max_field_size`` or too many
+    headers is a client's error (aiohttp answers 400); any other error keeps its traceback.
+    """
+
+    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = str(exc_info.message).splitlines()[0][:200]
+            self.logger.warning(f"{msg}: %s (HTTP %s)", *args, reason, exc_info.code)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+def server_logger() -> logging.LoggerAdapter:
+    """The ``logger=`` for aiohttp's request handler (``AppRunner(..., logger=...)``)."""
+    return _ServerLog(logging.getLogger("aiohttp.server"), {})
 
 
 def _owner(adapters: Sequence[Adapter], path: str) -> Adapter | None:

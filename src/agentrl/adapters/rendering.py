@@ -197,16 +197,15 @@ class IncrementalRenderer:
                 type(tokenizer).__name__,
             )
         self._boundary_ids = _boundary_ids(tokenizer) if self._backend is not None else frozenset()
-        self._text = ""
-        self._ids: list[int] = []
-        # Parallel ascending lists: a safe split point's char offset and the id count before it.
-        self._cut_chars: list[int] = []
-        self._cut_ids: list[int] = []
+        # The previous prompt's text and ids, and parallel ascending lists: a safe split
+        # point's char offset and the id count before it. One tuple, replaced whole after
+        # each render, so a fork in another thread (a donor chain) sees one consistent turn.
+        self._state: tuple[str, list[int], list[int], list[int]] = ("", [], [], [])
         self.last: RenderedPrompt | None = None
 
     def reset(self) -> None:
         """Forget the previous turn; the next render tokenizes everything."""
-        self._text, self._ids, self._cut_chars, self._cut_ids = "", [], [], []
+        self._state = ("", [], [], [])
         self.last = None
 
     def fork(
@@ -226,10 +225,8 @@ class IncrementalRenderer:
                 self.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
             ),
         )
-        clone._text = self._text
-        clone._ids = list(self._ids)
-        clone._cut_chars = list(self._cut_chars)
-        clone._cut_ids = list(self._cut_ids)
+        text, ids, cut_chars, cut_ids = self._state
+        clone._state = (text, list(ids), list(cut_chars), list(cut_ids))
         return clone
 
     def render_text(self, messages: Sequence[Mapping[str, Any]], *, tools: Any = _UNSET) -> str:
@@ -250,30 +247,38 @@ class IncrementalRenderer:
             self._record(text, full_ids, reused=0, tokenized=len(text))
             return self.last  # type: ignore[return-value]
 
-        common = common_prefix_length(self._text, text)
-        cut = bisect.bisect_right(self._cut_chars, common)
+        old_text, old_ids, old_cut_chars, old_cut_ids = self._state
+        common = common_prefix_length(old_text, text)
+        cut = bisect.bisect_right(old_cut_chars, common)
         if cut:
-            start_char, start_ids = self._cut_chars[cut - 1], self._cut_ids[cut - 1]
+            start_char, start_ids = old_cut_chars[cut - 1], old_cut_ids[cut - 1]
         else:
             start_char, start_ids = 0, 0
-        del self._ids[start_ids:]
-        del self._cut_chars[cut:]
-        del self._cut_ids[cut:]
+        ids, cut_chars, cut_ids = old_ids[:start_ids], old_cut_chars[:cut], old_cut_ids[:cut]
         tail = text[start_char:]
-        encoding = self._backend.encode(tail, add_special_tokens=False)
-        ids = self._ids
+        # encode_batch, not encode: it releases the GIL for a text holding added tokens
+        # (a chat template's), so renders in the pool do not stall the event loop.
+        encoding = self._backend.encode_batch([tail], add_special_tokens=False)[0]
         boundary_ids = self._boundary_ids
         for token_id, (_, end) in zip(encoding.ids, encoding.offsets, strict=True):
             ids.append(token_id)
             if token_id in boundary_ids:
-                self._cut_chars.append(start_char + end)
-                self._cut_ids.append(len(ids))
-        self._record(text, ids, reused=start_ids, tokenized=len(tail))
+                cut_chars.append(start_char + end)
+                cut_ids.append(len(ids))
+        self._record(text, ids, reused=start_ids, tokenized=len(tail), cuts=(cut_chars, cut_ids))
         return self.last  # type: ignore[return-value]
 
-    def _record(self, text: str, ids: list[int], *, reused: int, tokenized: int) -> None:
-        self._text = text
-        self._ids = ids
+    def _record(
+        self,
+        text: str,
+        ids: list[int],
+        *,
+        reused: int,
+        tokenized: int,
+        cuts: tuple[list[int], list[int]] | None = None,
+    ) -> None:
+        cut_chars, cut_ids = cuts if cuts is not None else ([], [])
+        self._state = (text, ids, cut_chars, cut_ids)
         self.stats.turns += 1
         self.stats.reused_tokens += reused
         self.stats.new_tokens += len(ids) - reused

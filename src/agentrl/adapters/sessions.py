@@ -83,8 +83,16 @@ class Session:
     sampling_policy: str = "trainer"
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     closed: bool = False
+    #: turns started and not rolled back: a turn the client's request made fail (a 4xx,
+    #: the client going away) is rolled back, so ``turns_started - turns_recorded`` counts
+    #: only turns the engine or the middleware failed.
     turns_started: int = 0
     turns_recorded: int = 0
+    #: the index the next turn gets (never reused, even when a turn is rolled back).
+    next_index: int = 0
+    #: ``count_tokens`` calls answered or refused (bounded by
+    #: :func:`~agentrl.adapters.limits.count_tokens_allowance`).
+    count_calls: int = 0
     #: every recorded turn's sizes and finish reason, in order; the list outlives the
     #: session (whoever holds the session reads it after finish or drop).
     turn_facts: list[TurnFact] = attrs.field(factory=list)

@@ -22,16 +22,19 @@ import asyncio
 import collections
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl import plugins
 from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.offload import Offloader
+from agentrl.adapters.output import ParsedOutput, parse_generation
 from agentrl.adapters.rendering import IncrementalRenderer, RenderedPrompt, RenderError
-from agentrl.adapters.sampled import keep_sampled, sampled_content, sampled_reasoning
+from agentrl.adapters.sampled import keep_sampled
 from agentrl.adapters.sessions import Chain, Session, new_token
 from agentrl.adapters.splice import (
     SplicePlan,
@@ -42,7 +45,7 @@ from agentrl.adapters.splice import (
 )
 from agentrl.adapters.wire_ids import mint_id, seal
 from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
-from agentrl.parsers.base import ReasoningParser, ToolCall, ToolCallParser
+from agentrl.parsers.base import ReasoningParser, ToolCallParser
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnFact, TurnRecordedEvent
 
@@ -131,74 +134,6 @@ def sampling_params(
     return params
 
 
-@attrs.frozen(kw_only=True)
-class ParsedOutput:
-    """One generation's text, reasoning and tool calls, and whether a call was malformed.
-
-    ``text`` and ``reasoning`` are trimmed (what a client is sent); ``sampled_text`` and
-    ``sampled_reasoning`` are what the recorded message keeps
-    (:func:`~agentrl.adapters.sampled.sampled_content`).
-    """
-
-    text: str
-    reasoning: str | None
-    tool_calls: tuple[ToolCall, ...]
-    ill_formed: bool
-    sampled_text: str | None = None
-    sampled_reasoning: str | None = None
-
-
-def parse_generation(
-    generation: Generation,
-    *,
-    tokenizer: PreTrainedTokenizerBase,
-    stop_ids: Collection[int],
-    tools: Sequence[dict[str, Any]] | None,
-    tool_parser: ToolCallParser | None,
-    reasoning_parser: ReasoningParser | None,
-    prompt_tail: str = "",
-) -> ParsedOutput:
-    """Decode the sampled ids (minus trailing stop tokens) and split reasoning and tool calls."""
-    ids = list(generation.output_ids)
-    while ids and ids[-1] in stop_ids:
-        ids.pop()
-    text = tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
-    reasoning = kept_reasoning = None
-    sampled, after_reasoning = text, False
-    if reasoning_parser is not None:
-        in_reasoning = None
-        if hasattr(reasoning_parser, "prompt_opens_reasoning") and prompt_tail:
-            in_reasoning = reasoning_parser.prompt_opens_reasoning(prompt_tail)
-        split = reasoning_parser.parse(text, in_reasoning=in_reasoning or None)
-        if split.has_reasoning:
-            reasoning = split.reasoning
-            kept_reasoning = sampled_reasoning(_first(split.sampled_reasoning, split.reasoning))
-            sampled, after_reasoning = _first(split.sampled_content, split.content), True
-        text = split.content
-    calls: tuple[ToolCall, ...] = ()
-    ill_formed = False
-    if tool_parser is not None:
-        result = tool_parser.parse(text, tools=tools)
-        text = result.normal_text
-        calls = tuple(result.calls)
-        ill_formed = bool(result.ill_formed)
-    text = text.strip()
-    return ParsedOutput(
-        text=text,
-        reasoning=reasoning,
-        tool_calls=calls,
-        ill_formed=ill_formed,
-        sampled_text=sampled_content(
-            sampled, tool_calls=calls, trimmed=text, after_reasoning=after_reasoning
-        ),
-        sampled_reasoning=kept_reasoning,
-    )
-
-
-def _first(value: str | None, default: str) -> str:
-    return default if value is None else value
-
-
 def _timings() -> collections.deque[TurnTiming]:
     return collections.deque(maxlen=100_000)
 
@@ -232,8 +167,12 @@ class TurnPipeline:
     #: ``splice`` (the default): extend the chain's exact ids with the new messages;
     #: ``render``: render every prompt from the whole conversation.
     prompt_mode: str = attrs.field(default="splice", validator=lambda _, a, v: check_prompt_mode(v))
+    #: Where rendering and tokenizing run: a bounded pool, off the event loop.
+    offloader: Offloader = attrs.field(factory=Offloader)
     #: Builds spliced prompts and counts their outcomes (:attr:`splice_stats`).
     splicer: Splicer = attrs.field(init=False)
+    #: Guards the chains shared across sessions (renders run in the pool's threads).
+    _chains_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     @splicer.default
     def _splicer(self) -> Splicer:
@@ -267,15 +206,16 @@ class TurnPipeline:
             return IncrementalRenderer(
                 self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
             )
-        chain = session.chain_for(
-            self.tokenizer,
-            chat.messages,
-            chat.tools,
-            self.chat_template_kwargs,
-            donors=self.recent_chains,
-        )
-        if chain not in self.recent_chains:
-            self.recent_chains.append(chain)
+        with self._chains_lock:
+            chain = session.chain_for(
+                self.tokenizer,
+                chat.messages,
+                chat.tools,
+                self.chat_template_kwargs,
+                donors=tuple(self.recent_chains),
+            )
+            if chain not in self.recent_chains:
+                self.recent_chains.append(chain)
         return chain.renderer
 
     async def call_engine(
@@ -321,8 +261,11 @@ class Turn:
     engine_seconds: float = 0.0
 
     async def run(self, request: web.Request) -> web.StreamResponse:
-        """Render → clamp → generate → parse → reply → record; returns the response sent."""
-        prompt = self.render()
+        """Render → clamp → generate → parse → reply → record; returns the response sent.
+
+        Rendering runs in the pipeline's :attr:`~TurnPipeline.offloader` pool.
+        """
+        prompt = await self.pipeline.offloader.run(self.session, self.render)
         generation = await self.generate(prompt)
         turn = self.parse(prompt, generation)
         response, recorded = await self.reply(request, turn)

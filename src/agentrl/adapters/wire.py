@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from agentrl.adapters.base import ProtocolError
+from agentrl.adapters.limits import check_json, too_deep
 
 __all__ = [
     "SYSTEM_REMINDER_CLOSE",
@@ -28,6 +29,7 @@ __all__ = [
     "int_field",
     "number_field",
     "parse_arguments",
+    "positive_int_field",
     "refuse_logprobs",
     "refuse_structured_output",
     "sampling_hints",
@@ -82,6 +84,14 @@ def int_field(body: Mapping[str, Any], key: str) -> int | None:
     if isinstance(value, float) and not value.is_integer():
         raise ProtocolError(400, f"{key}: expected an integer, got {value!r}", param=key)
     return int(value)
+
+
+def positive_int_field(body: Mapping[str, Any], key: str) -> int | None:
+    """:func:`int_field`, which must be at least 1 (a token limit: 0 or less is a 400)."""
+    value = int_field(body, key)
+    if value is not None and value < 1:
+        raise ProtocolError(400, f"{key}: expected an integer >= 1, got {value}", param=key)
+    return value
 
 
 def stop_field(body: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -202,15 +212,22 @@ def fold_system_messages_with_ids(
     return folded, tuple((remap[k], wire_id) for k, wire_id in replayed)
 
 
-def parse_arguments(arguments: Any) -> dict[str, Any] | str:
-    """Tool-call arguments as a dict when they are a JSON object, else the raw string."""
+def parse_arguments(arguments: Any, field: str = "arguments") -> dict[str, Any] | str:
+    """Tool-call arguments as a dict when they are a JSON object, else the raw string.
+
+    JSON nested too deep or holding a lone surrogate is a 400 naming ``field``
+    (:func:`~agentrl.adapters.limits.check_json`).
+    """
     if isinstance(arguments, dict):
         return arguments
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments)
+        except RecursionError:
+            raise too_deep(field) from None
         except ValueError:
             return arguments
+        check_json(value, field)
         return value if isinstance(value, dict) else arguments
     return {} if arguments is None else str(arguments)
 
@@ -245,7 +262,12 @@ def sse_event(event: str | None, data: Any) -> bytes:
 
 
 async def send_sse(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:
-    """Send a whole event stream; the generation is complete, so it goes in one write."""
+    """Send a whole event stream; the generation is complete, so it goes in one write.
+
+    The events are built before the 200 headers go out, so an error building them is
+    still answered as an error, not as a broken stream.
+    """
+    payload = b"".join(events)
     response = web.StreamResponse(
         status=200,
         headers={
@@ -255,6 +277,6 @@ async def send_sse(request: web.Request, events: Iterable[bytes]) -> web.StreamR
         },
     )
     await response.prepare(request)
-    await response.write(b"".join(events))
+    await response.write(payload)
     await response.write_eof()
     return response

@@ -32,6 +32,8 @@ def _parse_json_call(inner: str, raw: str, schemas: Mapping[str, Any]) -> ToolCa
         payload = json.loads(inner)
     except json.JSONDecodeError as exc:
         return f"invalid JSON ({exc.msg} at position {exc.pos})"
+    except RecursionError:
+        return "JSON nested too deep to parse"
     if not isinstance(payload, dict):
         return f"expected a JSON object, got {type(payload).__name__}"
     name = payload.get("name")
@@ -41,7 +43,7 @@ def _parse_json_call(inner: str, raw: str, schemas: Mapping[str, Any]) -> ToolCa
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return "'arguments' is a string that is not a JSON object"
     if arguments is None:
         arguments = {}

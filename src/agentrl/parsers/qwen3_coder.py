@@ -81,7 +81,7 @@ def convert_parameter(value: str, schema: Mapping[str, Any] | None) -> Any:
         return {"true": True, "false": False}.get(lowered, value)
     try:
         return json.loads(literal)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     try:
         return ast.literal_eval(literal)

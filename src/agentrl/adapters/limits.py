@@ -1,0 +1,154 @@
+"""What one request may cost: body caps per session, JSON shape checks, count_tokens calls.
+
+A policy runs inside the sandbox with its session's token, so everything here assumes a
+hostile client:
+
+- :func:`body_cap`: a session's body cap scales with its context budget,
+  ``clamp(BYTES_PER_TOKEN * budget, MIN_BODY_BYTES, ceiling)`` (an unbudgeted session
+  counts as :data:`UNBUDGETED_TOKENS`; the ceiling is ``Middleware(max_body_bytes=...)``);
+- :func:`read_body`: the body read only up to that cap (413 without reading further when
+  ``Content-Length`` says more);
+- :func:`decode_json` / :func:`check_json`: a body (or a tool call's JSON arguments) nested
+  deeper than :data:`MAX_JSON_DEPTH` or carrying a lone UTF-16 surrogate (``"\\ud800"``,
+  which no tokenizer can encode) is a 400, never a ``RecursionError`` or a
+  ``UnicodeEncodeError`` later;
+- :func:`count_tokens_allowance`: how many ``count_tokens`` calls a session may make so
+  far (each costs a full render and tokenization, and records no turn).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from agentrl.adapters.base import ProtocolError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "COUNT_TOKENS_FREE_CALLS",
+    "COUNT_TOKENS_PER_TURN",
+    "MAX_JSON_DEPTH",
+    "MIN_BODY_BYTES",
+    "UNBUDGETED_TOKENS",
+    "body_cap",
+    "check_json",
+    "count_tokens_allowance",
+    "decode_json",
+    "read_body",
+    "too_deep",
+]
+
+#: Body bytes allowed per token of context budget. A token is ~3.5 bytes of code or prose
+#: and up to ~9 as JSON-escaped CJK; the rest covers tool schemas, replayed metadata and
+#: images (which the middleware replaces with a marker but a client still sends).
+BYTES_PER_TOKEN = 32
+#: The smallest cap any session gets (Claude Code's first request alone is ~90 KB).
+MIN_BODY_BYTES = 4 * 1024 * 1024
+#: The budget an unbudgeted session (``max_context_tokens=0``) is capped as: 8 MiB.
+UNBUDGETED_TOKENS = 262_144
+#: Deepest nesting of objects and arrays accepted in a body or in tool-call arguments
+#: (real clients stay under 20: tool schemas and tool inputs).
+MAX_JSON_DEPTH = 128
+#: ``count_tokens`` calls a session may make before its first turn ...
+COUNT_TOKENS_FREE_CALLS = 32
+#: ... and the calls each started turn adds to that allowance.
+COUNT_TOKENS_PER_TURN = 4
+
+_CHUNK = 1 << 16
+
+
+def body_cap(max_context_tokens: int, ceiling: int) -> int:
+    """The body cap of a session with context budget ``max_context_tokens`` (0: none)."""
+    budget = max_context_tokens if max_context_tokens > 0 else UNBUDGETED_TOKENS
+    return min(ceiling, max(MIN_BODY_BYTES, BYTES_PER_TOKEN * budget))
+
+
+def count_tokens_allowance(turns_started: int) -> int:
+    """How many ``count_tokens`` calls a session that started ``turns_started`` turns may make."""
+    return COUNT_TOKENS_FREE_CALLS + COUNT_TOKENS_PER_TURN * turns_started
+
+
+def _too_large(cap: int, what: str) -> ProtocolError:
+    return ProtocolError(
+        413,
+        f"request body is larger than this session's limit of {cap} bytes ({what}); the "
+        f"limit is {BYTES_PER_TOKEN} bytes per token of the session's context budget, at "
+        f"least {MIN_BODY_BYTES} and at most Middleware(max_body_bytes=...)",
+    )
+
+
+async def read_body(request: web.Request, cap: int) -> bytes:
+    """The raw body, read only while it stays within ``cap`` bytes (413 beyond)."""
+    declared = request.content_length
+    if declared is not None and declared > cap:
+        raise _too_large(cap, f"Content-Length is {declared}")
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(_CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > cap:
+            raise _too_large(cap, "the body sent is longer")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_json(raw: bytes, what: str = "request body") -> Any:
+    """``raw`` parsed as JSON and checked by :func:`check_json`; a 400 otherwise."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise too_deep(what) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(400, f"{what} is not valid JSON: {exc}") from None
+    check_json(value, what)
+    return value
+
+
+def too_deep(what: str) -> ProtocolError:
+    """The 400 for JSON in ``what`` nested deeper than :data:`MAX_JSON_DEPTH`."""
+    return ProtocolError(
+        400, f"{what} nests objects and arrays deeper than {MAX_JSON_DEPTH} levels", param=what
+    )
+
+
+def _check_text(text: str, what: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(
+            400,
+            f"{what} holds a lone UTF-16 surrogate ({text[exc.start]!r} at offset "
+            f"{exc.start} of a string), which is not valid Unicode; encode text as UTF-8",
+            param=what,
+        ) from None
+
+
+def check_json(value: Any, what: str = "request body") -> None:
+    """A 400 when ``value`` nests deeper than :data:`MAX_JSON_DEPTH` or a string (key or
+    value) holds a lone surrogate. Iterative, so any depth is safe to check."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item, what)
+            continue
+        if isinstance(item, dict):
+            children: Any = item.values()
+            for key in item:
+                _check_text(key, what)
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            raise too_deep(what)
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, (str, dict, list))
+        )
