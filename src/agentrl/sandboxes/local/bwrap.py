@@ -24,7 +24,7 @@ import attrs
 from agentrl.sandboxes.local import fs, proc
 from agentrl.sandboxes.local.limits import Limits
 from agentrl.sandboxes.local.options import LocalOptions
-from agentrl.sandboxes.local.scripts import BIN, CTL, SERVICES
+from agentrl.sandboxes.local.scripts import BIN, CTL, OUT, SERVICES
 
 __all__ = ["BwrapProcess", "Mounts", "launch", "prepare_mounts", "sandbox_args"]
 
@@ -130,9 +130,12 @@ def sandbox_args(
         "--bind",
         str(mounts.workspace),
         options.workdir,
-        "--bind",
+        "--ro-bind",
         str(state / "ctl"),
         CTL,
+        "--bind",
+        str(state / "out"),
+        OUT,
         "--ro-bind",
         str(state / "bin"),
         BIN,
