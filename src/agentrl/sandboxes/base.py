@@ -31,6 +31,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxGoneError",
+    "cap_fd",
     "cap_file",
     "cap_output",
     "cap_output_shell",
@@ -102,19 +103,40 @@ def cap_output(data: bytes | str, limit: int | None = None) -> str:
 
 def cap_file(path: str | os.PathLike[str], limit: int | None = None) -> str:
     """Read a (possibly huge) file capped exactly like ``cap_output``; missing reads as ""."""
-    limit = max_output_bytes(limit)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= limit:
-                return f.read().decode("utf-8", errors="replace")
-            half = limit // 2
-            head = f.read(half)
-            f.seek(size - half)
-            tail = f.read(half)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    try:
+        return cap_fd(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def cap_fd(fd: int, limit: int | None = None) -> str:
+    """Read the open file ``fd`` capped exactly like ``cap_output``: at most ``limit`` bytes
+    are read, however large the file is or grows while it is read."""
+    limit = max_output_bytes(limit)
+    size = os.fstat(fd).st_size
+    if size <= limit:
+        return _read_at(fd, 0, limit).decode("utf-8", errors="replace")
+    half = limit // 2
+    head = _read_at(fd, 0, half)
+    tail = _read_at(fd, size - half, half)
     return _truncated(head, tail, size - 2 * half)
+
+
+def _read_at(fd: int, offset: int, count: int) -> bytes:
+    """Up to ``count`` bytes of ``fd`` from ``offset`` (fewer at the end of the file)."""
+    parts = []
+    while count > 0:
+        chunk = os.pread(fd, min(count, 1 << 20), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+        count -= len(chunk)
+    return b"".join(parts)
 
 
 def _truncated(head: bytes, tail: bytes, dropped: int) -> str:

@@ -23,7 +23,7 @@ import attrs
 from agentrl.sandboxes.local import fs, launcher, proc
 from agentrl.sandboxes.local.limits import Limits
 from agentrl.sandboxes.local.options import LocalOptions
-from agentrl.sandboxes.local.scripts import BIN, CTL, SERVICES
+from agentrl.sandboxes.local.scripts import BIN, CTL, OUT, SERVICES
 
 __all__ = ["BwrapProcess", "Mounts", "launch", "prepare_mounts", "sandbox_args"]
 
@@ -99,7 +99,7 @@ def prepare_mounts(options: LocalOptions, state: pathlib.Path) -> Mounts:
         root_host=ids is not None,
     )
     for area in ("workspace", "out", "ws-data"):
-        (state / area).mkdir()
+        (state / area).mkdir(exist_ok=True)
     staged: dict[str, str] = {}
     if ids is not None:
         sources = [str(state)] + ([str(image_root)] if image_root is not None else [])
@@ -188,9 +188,12 @@ def sandbox_args(
         "--bind",
         str(mounts.workspace),
         options.workdir,
-        "--bind",
+        "--ro-bind",
         str(state / "ctl"),
         CTL,
+        "--bind",
+        str(state / "out"),
+        OUT,
         "--ro-bind",
         str(state / "bin"),
         BIN,

@@ -27,13 +27,28 @@ class DoneChannel:
 
     The host holds it open read-write for the sandbox's life, so a writer inside never
     blocks, and reads it from the event loop; waiters get an ``asyncio.Event`` per name.
+    Any process in the sandbox can write to it, so reading is bounded: at most
+    ``READ_CHUNK`` bytes per wake-up, a line over ``MAX_LINE`` bytes (or an endless one) is
+    dropped, and after ``FLOOD_BYTES`` bytes of lines naming nothing awaited within one
+    second, reading stops for ``FLOOD_PAUSE`` seconds. A notification lost that way only
+    costs latency: every waiter re-checks its state at least every 0.1 s.
     """
+
+    READ_CHUNK = 16384
+    MAX_LINE = 256
+    FLOOD_BYTES = 65536
+    FLOOD_PAUSE = 1.0
 
     def __init__(self, path: pathlib.Path) -> None:
         os.mkfifo(path, 0o600)
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         self._events: dict[str, asyncio.Event] = {}
-        self._buffer = b""
+        #: What an awaited name's line carried after a space (at most ``MAX_LINE`` bytes).
+        self._values: dict[str, str] = {}
+        self._partial = b""
+        self._skipping = False
+        self._window = (0.0, 0)  # (its start, bytes of unknown names in it)
+        self._resume: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def attach(self) -> None:
@@ -43,10 +58,16 @@ class DoneChannel:
         self._loop.add_reader(self.fd, self._readable)
 
     def event(self, name: str) -> asyncio.Event:
+        """The event set when ``name`` is announced (create it before asking for ``name``)."""
         return self._events.setdefault(name, asyncio.Event())
 
     def forget(self, name: str) -> None:
         self._events.pop(name, None)
+        self._values.pop(name, None)
+
+    def value(self, name: str) -> str | None:
+        """What the announcement of ``name`` carried after it (``ID RC``: the exit code)."""
+        return self._values.get(name)
 
     async def wait(self, name: str, timeout: float) -> None:
         """Wait until ``name`` is announced or ``timeout`` passes (callers re-check state)."""
@@ -58,21 +79,56 @@ class DoneChannel:
     def _readable(self) -> None:
         assert self.fd is not None
         try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
+            data = os.read(self.fd, self.READ_CHUNK)
         except OSError:
-            data = b""
-        self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
+            return
+        *lines, rest = (self._partial + data).split(b"\n")
+        unknown = 0
         for line in lines:
-            event = self._events.get(line.decode(errors="replace").strip())
-            if event is not None:
+            if self._skipping:  # the end of a line that was too long
+                self._skipping = False
+                unknown += len(line) + 1
+                continue
+            event = None
+            if len(line) <= self.MAX_LINE:
+                name, _, value = line.strip().decode("ascii", errors="replace").partition(" ")
+                event = self._events.get(name)
+            if event is None:
+                unknown += len(line) + 1
+            else:
+                if value:
+                    self._values[name] = value
                 event.set()
+        if len(rest) > self.MAX_LINE:
+            unknown += len(rest)
+            rest, self._skipping = b"", True
+        self._partial = rest
+        self._count_unknown(unknown)
+
+    def _count_unknown(self, unknown: int) -> None:
+        """Stop reading for ``FLOOD_PAUSE`` s after ``FLOOD_BYTES`` unknown bytes in 1 s."""
+        now = time.monotonic()
+        start, count = self._window
+        if now - start > 1.0:
+            start, count = now, 0
+        self._window = (start, count + unknown)
+        if count + unknown > self.FLOOD_BYTES and self._loop is not None and self.fd is not None:
+            logger.warning("local sandbox: its completion FIFO is flooded; pausing reads")
+            self._loop.remove_reader(self.fd)
+            self._resume = self._loop.call_later(self.FLOOD_PAUSE, self._unpause)
+
+    def _unpause(self) -> None:
+        self._resume = None
+        self._window = (time.monotonic(), 0)
+        if self._loop is not None and self.fd is not None:
+            self._loop.add_reader(self.fd, self._readable)
 
     def close(self) -> None:
         if self.fd is None:
             return
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self.fd)
         with contextlib.suppress(OSError):
@@ -134,22 +190,41 @@ def sweep_stale(paths: Iterable[pathlib.Path], remove: Callable[[pathlib.Path], 
             logger.info("removed %s left by dead process %s", path, owner)
 
 
+def _create(path: pathlib.Path) -> int:
+    """A new file for the sandbox to read (never an existing one, never through a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    os.fchmod(fd, 0o644)
+    return fd
+
+
+def _write_new(path: pathlib.Path, data: bytes) -> None:
+    fd = _create(path)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 def write_request(req: pathlib.Path, cmd: str, env_script: str, user: str) -> None:
-    """Lay out one exec request for the in-sandbox spawner."""
-    req.mkdir()
-    (req / "cmd.sh").write_text(cmd + "\n")
-    (req / "env.sh").write_text(env_script)
-    (req / "user").write_text(user + "\n")
+    """Lay out one exec request for the in-sandbox spawner (in the host-only ``ctl/req``)."""
+    req.mkdir(mode=0o755)
+    _write_new(req / "cmd.sh", (cmd + "\n").encode())
+    _write_new(req / "env.sh", env_script.encode())
+    _write_new(req / "user", (user + "\n").encode())
 
 
 def stage(content: str | bytes | pathlib.Path, target: pathlib.Path) -> None:
-    """Put ``content`` at ``target``; a host ``Path`` is copied in chunks, never loaded."""
+    """Put ``content`` at ``target`` (a new file in the host-only ``ctl/in``); a host
+    ``Path`` is copied in chunks, never loaded."""
     if isinstance(content, pathlib.Path):
         if not content.is_file():
             raise FileNotFoundError(f"cannot upload {content}: it is not a file on the host")
-        shutil.copyfile(content, target)
+        with open(content, "rb") as src, os.fdopen(_create(target), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
     else:
-        target.write_bytes(content.encode() if isinstance(content, str) else content)
+        _write_new(target, content.encode() if isinstance(content, str) else content)
 
 
 def env_script(user: str, env: Mapping[str, str], workdir: str) -> str:

@@ -11,11 +11,13 @@ copy), private tmpfs ``/tmp`` and homes, host secrets masked, memory and process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import pathlib
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from types import MappingProxyType
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 _USERS = ("root", "agent")
 _EXIT_MISSING = 44
+#: The most ``read_file`` returns (see its docstring).
+READ_FILE_MAX_BYTES = 64 << 20
 
 
 class LocalSandbox(Sandbox):
@@ -57,6 +61,7 @@ class LocalSandbox(Sandbox):
         self.options = LocalOptions.from_keywords(options)
         self.env, self.ro_binds = self.options.sandbox_env_and_binds()
         self.max_output = _resolve_max_output(self.options.max_output_bytes)
+        self.read_file_max_bytes = max(READ_FILE_MAX_BYTES, self.max_output)
         self.state: pathlib.Path | None = None
         self.limits: Limits | None = None
         self.workspace_mode = ""
@@ -151,6 +156,10 @@ class LocalSandbox(Sandbox):
             proc.sweep_stale(launcher.stage_base().glob(f"{proc.STATE_PREFIX}*"), shutil.rmtree)
         mounts = bwrap.prepare_mounts(self.options, self.state)
         self._mounts = mounts
+        if mounts.ids is not None:
+            # The sandbox's host uid reads requests from one FIFO and announces on the other.
+            for fifo in ("queue", "done"):
+                os.chown(self.state / "ctl" / fifo, mounts.ids.uid, mounts.ids.gid)
         self.workspace_mode = mounts.workspace_mode
         self.limits = Limits(
             self.state.name, memory_mb=self.options.memory_mb, pids=self.options.pids
@@ -175,9 +184,10 @@ class LocalSandbox(Sandbox):
             logger.exception("local sandbox teardown failed")
         finally:
             stage = self._mounts.stage if self._mounts is not None else None
-            for path in (self.state, stage):
-                if path is not None:
-                    await asyncio.to_thread(shutil.rmtree, path, True)
+            if self.state is not None:
+                await asyncio.to_thread(_remove_state, self.state)
+            if stage is not None:
+                await asyncio.to_thread(shutil.rmtree, stage, True)
 
     async def _stop(self) -> None:
         if self._channel is not None:
@@ -234,31 +244,37 @@ class LocalSandbox(Sandbox):
     async def write_file(
         self, path: str, content: str | bytes | pathlib.Path, *, user: str = "root"
     ) -> None:
-        xfer, inside = self._check_alive().transfer_path()
+        """Staged in the host-only ``/.agentrl/ctl/in`` (the host never writes where the
+        sandbox can), then copied into place by a command run as ``user``."""
+        staged, inside = self._check_alive().upload_path()
         try:
-            await asyncio.to_thread(proc.stage, content, xfer)
+            await asyncio.to_thread(proc.stage, content, staged)
             q = shlex.quote(path)
             result = await self.exec(f'mkdir -p "$(dirname {q})" && cat {inside} > {q}', user=user)
         finally:
-            xfer.unlink(missing_ok=True)
+            await asyncio.to_thread(staged.unlink, True)
         if not result.ok:
             raise SandboxError(f"could not write {path} as {user}: {result.stderr.strip()}")
 
     async def read_file(self, path: str, *, user: str = "root", text: bool = True) -> str | bytes:
-        xfer, inside = self._check_alive().transfer_path()
+        """At most ``read_file_max_bytes`` (64 MiB) come back: text keeps its head and tail
+        around the truncation marker; bytes of a larger file raise ``SandboxError``."""
+        channel = self._check_alive()
+        name, inside = channel.download_name()
+        q = shlex.quote(path)
+        result = await self.exec(
+            f"[ -e {q} ] || exit {_EXIT_MISSING}; cat {q} > {inside}", user=user
+        )
+        if result.exit_code == _EXIT_MISSING:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        if not result.ok:
+            with contextlib.suppress(SandboxError):
+                await channel.discard_download(name)
+            raise SandboxError(f"could not read {path} as {user}: {result.stderr.strip()}")
         try:
-            q = shlex.quote(path)
-            result = await self.exec(
-                f"[ -e {q} ] || exit {_EXIT_MISSING}; cat {q} > {inside}", user=user
-            )
-            if result.exit_code == _EXIT_MISSING:
-                raise FileNotFoundError(f"no such file in the sandbox: {path}")
-            if not result.ok:
-                raise SandboxError(f"could not read {path} as {user}: {result.stderr.strip()}")
-            data = await asyncio.to_thread(xfer.read_bytes)
-        finally:
-            xfer.unlink(missing_ok=True)
-        return data.decode("utf-8", errors="replace") if text else data
+            return await channel.read_download(name, self.read_file_max_bytes, text=text)
+        except SandboxError as exc:
+            raise SandboxError(f"could not read {path}: {exc}") from None
 
     def url_for(self, host: str, port: int) -> str:
         if port not in self.services:
@@ -267,3 +283,19 @@ class LocalSandbox(Sandbox):
                 f"create the sandbox with services={{{port}: '/path/to/service.sock'}}"
             )
         return f"http://127.0.0.1:{port}"
+
+
+def _remove_state(state: pathlib.Path) -> None:
+    """Remove a sandbox's state; ``rmtree`` follows no link. A tree deeper than Python's
+    recursion limit (a command can make one) goes through ``rm -rf`` instead."""
+    try:
+        shutil.rmtree(state, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", str(state)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+    if state.exists():
+        logger.error("local sandbox: could not remove all of %s", state)
