@@ -1,0 +1,204 @@
+"""A bounded soak: mixed rollouts, hostile policies and injected faults at once.
+
+Ten rollouts of the textstats task run four at a time through one middleware: the real
+Claude Code CLI in real local sandboxes, the scripted SGLang engine as the policy (its
+replies are what a Qwen3 policy would sample, in the ``hermes`` format). Some solve the
+task, some attack (kill every process, remove ``.git``, race the control area with symlinks
+to a host canary, flood their output, fill ``/dev/shm``), and some meet a fault the policy
+did not cause (the engine failing a turn, a sandbox that cannot boot). Each rollout must end
+in its own outcome class, and afterwards the host is back where it started: no descriptor,
+process, session, state directory, staging directory or cgroup left, the canary untouched,
+resident memory within a stated bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import pathlib
+import time
+
+import pytest
+from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, tool_call
+
+from agentrl.graders.scaleswe import ScaleSWEGrader
+from agentrl.graders.tasks import load_tasks
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.rollout import RolloutConfig, run_rollout
+from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
+from agentrl.sandboxes.local import launcher
+from agentrl.sandboxes.local.proc import STATE_PREFIX
+from agentrl.types import Outcome
+
+pytestmark = pytest.mark.slow
+
+TASKS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tasks" / "scaleswe.jsonl"
+#: Resident memory the process may keep after the soak, over its level after a warm-up.
+RSS_BOUND_MB = 120
+#: The whole soak, warm-up included, must end within this.
+SOAK_BOUND_S = 170
+
+
+def _bash(command: str) -> str:
+    return tool_call("Bash", command=command, description="Run a command")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _children() -> list[int]:
+    """Live processes whose parent is this one (a leaked CLI, socat or launcher)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def _race_control_area(canary: pathlib.Path) -> str:
+    """A background loop replacing every file it can reach under /.agentrl with symlinks to
+    the host canary's path (and to /etc/shadow), while the CLI goes on."""
+    return (
+        "(for i in $(seq 400); do for f in /.agentrl/out/* /.agentrl/ctl/req/*/*; do "
+        f"ln -sfn {canary} \"$f\" 2>/dev/null; ln -sfn /etc/shadow \"$f\" 2>/dev/null; done; "
+        "sleep 0.01; done) > /dev/null 2>&1 & echo racing"
+    )
+
+
+SCRIPTS = {
+    # name -> (the policy's replies, the outcome, whether it trains)
+    "solve-1": (claude_solution(), Outcome.SOLVED),
+    "solve-2": (claude_solution(), Outcome.SOLVED),
+    "kill-all": ([_bash("kill -9 -1"), "Done."], Outcome.AGENT_ERROR),
+    "remove-git": ([_bash("rm -rf /workspace/.git"), "Done."], Outcome.AGENT_ERROR),
+    "flood-output": ([_bash("yes | head -c 30000000; echo"), "Done."], Outcome.UNSOLVED),
+    "fill-shm": (
+        [_bash("head -c 100000000 /dev/zero > /dev/shm/x; df /dev/shm"), "Done."],
+        Outcome.UNSOLVED,
+    ),
+}
+
+
+async def test_soak_mixed_hostile_rollouts_end_in_their_class_and_leave_nothing(
+    tmp_path, agentrl_middleware, agentrl_scripted_engine
+):
+    """Ten rollouts (two solving, five hostile, two infra faults, one warm-up) four at a
+    time. Bound: each ends in its outcome class (trainable for the policy's doings,
+    infra_error with remove_sample for faults it did not cause); afterwards descriptors
+    are within 8 of the warm-up level, no child process, session, state directory, staging
+    directory or cgroup is left, the canary is unchanged, RSS grows by under
+    ``RSS_BOUND_MB`` and the whole soak takes under ``SOAK_BOUND_S`` s."""
+    started = time.monotonic()
+    middleware, engine = agentrl_middleware, agentrl_scripted_engine
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"the agent CLIs are not installed in {CLI_DIR}; run agentrl install-clis")
+    task = next(
+        row.task
+        for row in load_tasks(TASKS, grader=ScaleSWEGrader())
+        if row.task.instance_id == "textstats-1"
+    )
+    canary = tmp_path / "canary"
+    canary.write_text("host canary\n")
+    state_dir = tmp_path / "state"
+    binds, cli_path = ClaudeCodeHarness.host_install(CLI_DIR)
+    options = {
+        "services": {SANDBOX_PORT: middleware.unix_path},
+        "ro_binds": binds,
+        "host_python": True,
+        "state_dir": state_dir,
+        "shm_size_mb": 16,
+    }
+    built: list[LocalSandbox] = []
+
+    def factory(task, **extra):
+        built.append(LocalSandbox.from_task(task, **{**options, **extra}))
+        return built[-1]
+
+    harness = ClaudeCodeHarness(
+        cli_path=cli_path, extra_args=(), extra_env={"CLAUDE_CODE_MAX_RETRIES": "0"}
+    )
+    config = RolloutConfig(
+        agent_time_budget=40, eval_timeout=60, middleware_port=SANDBOX_PORT, boot_backoff=0.01
+    )
+    semaphore = asyncio.Semaphore(4)
+
+    async def one(name: str, replies=(), *, fault: str | None = None, boot_fails=False):
+        sid = f"soak-{name}"
+        if fault == "engine":
+            engine.queue(_bash("echo first"), session=sid)
+            engine.fail_next(500, "CUDA error: an illegal memory access", session=sid)
+        for reply in replies:
+            engine.queue(reply, session=sid)
+        make = (lambda t: factory(t, bwrap="/nonexistent/bwrap")) if boot_fails else factory
+        async with semaphore:
+            return name, await run_rollout(
+                task,
+                harness=harness,
+                grader=ScaleSWEGrader(),
+                sandbox_factory=make,
+                middleware=middleware,
+                config=config,
+                session_id=sid,
+            )
+
+    # Warm-up: the first rollout loads the tokenizer's caches, the CLI's pages and so on.
+    _, warm = await one("warm-up", claude_solution())
+    assert warm.outcome is Outcome.SOLVED, warm.error
+    gc.collect()
+    fds, rss = _fds(), _rss_mb()
+
+    jobs = [one(name, replies) for name, (replies, _) in SCRIPTS.items()]
+    jobs += [
+        one("race-ctl", [_bash(_race_control_area(canary)), _bash("sleep 2; echo ok"), "Done."]),
+        one("engine-fault", fault="engine"),
+        one("boot-fault", boot_fails=True),
+    ]
+    results = dict(await asyncio.gather(*jobs))
+
+    expected = {name: outcome for name, (_, outcome) in SCRIPTS.items()}
+    for name, outcome in expected.items():
+        result = results[name]
+        assert result.outcome is outcome, (name, result.error, result.agent_log[-800:])
+        assert result.remove_sample is not outcome.trainable, name
+    assert results["race-ctl"].outcome.trainable, results["race-ctl"].error
+    for name in ("engine-fault", "boot-fault"):
+        assert results[name].outcome is Outcome.INFRA_ERROR, (name, results[name].error)
+        assert results[name].remove_sample, name
+    assert all(results[n].reward == 1.0 for n in ("solve-1", "solve-2"))
+    assert canary.read_text() == "host canary\n"
+    for name, result in results.items():
+        assert "host canary" not in result.agent_log + result.diff, name
+
+    # Back to baseline.
+    gc.collect()
+    await asyncio.sleep(0.5)
+    assert len(middleware._sessions) == 0
+    assert _children() == []
+    for sandbox in built:
+        assert sandbox._closed or sandbox.state is None  # never started (the boot fault)
+        if sandbox.pid_namespace is not None:
+            assert processes_in_namespace(sandbox.pid_namespace) == []
+        if sandbox.limits is not None:
+            assert not sandbox.limits.dirs
+            for parent in sandbox.limits.parents:
+                assert not list(parent.glob(f"{STATE_PREFIX}{os.getpid()}-*"))
+    assert not list(state_dir.glob(f"{STATE_PREFIX}*"))
+    if os.geteuid() == 0:
+        assert not list(launcher.stage_base().glob(f"{STATE_PREFIX}{os.getpid()}-*"))
+    assert _fds() <= fds + 8
+    assert _rss_mb() - rss < RSS_BOUND_MB
+    assert time.monotonic() - started < SOAK_BOUND_S
