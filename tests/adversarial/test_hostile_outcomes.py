@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, tool_call
+from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, textstats_task, tool_call
 
 from agentrl.graders.scaleswe import ScaleSWEGrader
-from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
@@ -39,8 +38,7 @@ BUDGET = 30
 @pytest.fixture(scope="module")
 def task():
     """The textstats example task (eval_cmd grading), parsed by the scaleswe grader."""
-    rows = load_tasks(TASKS, grader=ScaleSWEGrader())
-    return next(row.task for row in rows if row.task.instance_id == "textstats-1")
+    return textstats_task()
 
 
 @pytest.fixture

@@ -20,20 +20,17 @@ import pathlib
 import time
 
 import pytest
-from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, tool_call
+from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, textstats_task, tool_call
 
 from agentrl.graders.scaleswe import ScaleSWEGrader
-from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.rollout import RolloutConfig, run_rollout
-from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
-from agentrl.sandboxes.local import launcher
+from agentrl.sandboxes.local import LocalSandbox, launcher, processes_in_namespace
 from agentrl.sandboxes.local.proc import STATE_PREFIX
 from agentrl.types import Outcome
 
 pytestmark = pytest.mark.slow
 
-TASKS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tasks" / "scaleswe.jsonl"
 #: Resident memory the process may keep after the soak, over its level after a warm-up.
 RSS_BOUND_MB = 120
 #: The whole soak, warm-up included, must end within this.
@@ -74,7 +71,7 @@ def _race_control_area(canary: pathlib.Path) -> str:
     the host canary's path (and to /etc/shadow), while the CLI goes on."""
     return (
         "(for i in $(seq 400); do for f in /.agentrl/out/* /.agentrl/ctl/req/*/*; do "
-        f"ln -sfn {canary} \"$f\" 2>/dev/null; ln -sfn /etc/shadow \"$f\" 2>/dev/null; done; "
+        f'ln -sfn {canary} "$f" 2>/dev/null; ln -sfn /etc/shadow "$f" 2>/dev/null; done; '
         "sleep 0.01; done) > /dev/null 2>&1 & echo racing"
     )
 
@@ -106,11 +103,7 @@ async def test_soak_mixed_hostile_rollouts_end_in_their_class_and_leave_nothing(
     middleware, engine = agentrl_middleware, agentrl_scripted_engine
     if not (CLI_DIR / "bin" / "claude").exists():
         pytest.fail(f"the agent CLIs are not installed in {CLI_DIR}; run agentrl install-clis")
-    task = next(
-        row.task
-        for row in load_tasks(TASKS, grader=ScaleSWEGrader())
-        if row.task.instance_id == "textstats-1"
-    )
+    task = textstats_task()
     canary = tmp_path / "canary"
     canary.write_text("host canary\n")
     state_dir = tmp_path / "state"

@@ -28,13 +28,13 @@ from rollout_support import (
     claude_thinking_solution,
     codex_solution,
     codex_thinking_solution,
+    textstats_task,
     tool_call,
 )
 
 from agentrl import plugins
 from agentrl.adapters.middleware import Middleware
 from agentrl.graders.scaleswe import ScaleSWEGrader
-from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.rollout import DEFAULT_PROMPT, RolloutConfig, RolloutResult, render_prompt, run_rollout
@@ -50,8 +50,7 @@ TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
 @pytest.fixture(scope="module")
 def task():
     """The textstats example task (eval_cmd grading), parsed by the scaleswe grader."""
-    rows = load_tasks(TASKS, grader=ScaleSWEGrader())
-    return next(row.task for row in rows if row.task.instance_id == "textstats-1")
+    return textstats_task()
 
 
 @pytest.fixture

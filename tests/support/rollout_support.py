@@ -41,6 +41,18 @@ CODEX_PATCH = (
     "*** End Patch"
 )
 RUN_TESTS = "python -m pytest -q -p no:cacheprovider tests"
+TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
+
+
+def textstats_task() -> Task:
+    """The textstats example task (eval_cmd grading), parsed by the scaleswe grader."""
+    from agentrl.graders.scaleswe import ScaleSWEGrader
+    from agentrl.graders.tasks import load_tasks
+
+    rows = load_tasks(TASKS, grader=ScaleSWEGrader())
+    return next(row.task for row in rows if row.task.instance_id == "textstats-1")
+
+
 DONE = "The whitespace handling in `words` is fixed and the tests pass."
 
 
