@@ -145,3 +145,23 @@ async def test_owner_labels_with_url_syntax_are_listed_exactly(server, options, 
     assert await E2BSandbox.sweep(**{**options, "owner": owner}) == [mine.sandbox_id]
     assert [r.sandbox_id for r in server.live_sandboxes()] == [near.sandbox_id]
     await near.aclose()
+
+
+async def test_a_huge_file_is_read_capped_never_whole(server, options):
+    """Attack: the agent leaves a file far larger than read_file's cap (its log, say).
+    Bound: text comes back as head + marker (counting exactly what was dropped) + tail
+    within the cap, read through the SDK's stream and stopped at the cap; bytes raise
+    naming the cap."""
+    sandbox = E2BSandbox(TASK.image, rng=random.Random(3), **options)
+    async with sandbox:
+        sandbox.read_file_max_bytes = 4096
+        body = b"H" * 3000 + b"M" * 200_000 + b"T" * 3000
+        await sandbox.write_file("/tmp/huge.log", body)
+        text = await sandbox.read_file("/tmp/huge.log")
+        with pytest.raises(Exception, match="larger than read_file's cap of 4096 bytes"):
+            await sandbox.read_file("/tmp/huge.log", text=False)
+    head, marker, tail = text.partition("\n[agentrl: ")
+    assert head == "H" * 2048
+    assert marker and tail.endswith("T" * 2048) and "bytes of output truncated]" in tail
+    dropped = int(tail.split(" bytes", 1)[0])
+    assert dropped == len(body) - 2048 - 2048

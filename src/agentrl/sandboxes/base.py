@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
     "EXIT_EXEC_TIMEOUT",
     "EXIT_TIME_BUDGET_EXCEEDED",
+    "READ_FILE_MAX_BYTES",
     "ExecFailedError",
     "ExecRequest",
     "Sandbox",
@@ -37,6 +38,7 @@ __all__ = [
     "cap_output_shell",
     "check_result",
     "max_output_bytes",
+    "truncated",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ EXIT_EXEC_TIMEOUT = 124
 #: Default cap on the bytes kept from one stream (stdout or stderr) of one exec.
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
 _TRUNCATION_MARKER = "\n[agentrl: {n} bytes of output truncated]\n"
+#: The most ``read_file`` returns by default (a backend's ``read_file_max_bytes``).
+READ_FILE_MAX_BYTES = 64 << 20
 
 
 class SandboxError(Exception):
@@ -98,7 +102,7 @@ def cap_output(data: bytes | str, limit: int | None = None) -> str:
     if len(raw) <= limit:
         return raw.decode("utf-8", errors="replace")
     half = limit // 2
-    return _truncated(raw[:half], raw[-half:], len(raw) - 2 * half)
+    return truncated(raw[:half], raw[-half:], len(raw) - 2 * half)
 
 
 def cap_file(path: str | os.PathLike[str], limit: int | None = None) -> str:
@@ -123,7 +127,7 @@ def cap_fd(fd: int, limit: int | None = None) -> str:
     half = limit // 2
     head = _read_at(fd, 0, half)
     tail = _read_at(fd, size - half, half)
-    return _truncated(head, tail, size - 2 * half)
+    return truncated(head, tail, size - 2 * half)
 
 
 def _read_at(fd: int, offset: int, count: int) -> bytes:
@@ -139,7 +143,7 @@ def _read_at(fd: int, offset: int, count: int) -> bytes:
     return b"".join(parts)
 
 
-def _truncated(head: bytes, tail: bytes, dropped: int) -> str:
+def truncated(head: bytes, tail: bytes, dropped: int) -> str:
     """The kept head and tail of an output around the marker counting what was dropped."""
     return (
         head.decode("utf-8", errors="replace")

@@ -34,6 +34,7 @@ from agentrl.extras import install_hint
 from agentrl.retry import retry
 from agentrl.sandboxes.base import (
     EXIT_EXEC_TIMEOUT,
+    READ_FILE_MAX_BYTES,
     ExecRequest,
     Sandbox,
     SandboxError,
@@ -42,6 +43,7 @@ from agentrl.sandboxes.base import (
     max_output_bytes,
 )
 from agentrl.sandboxes.boot import BootKey, current_boot_key
+from agentrl.sandboxes.e2b import files as _files
 from agentrl.sandboxes.e2b import sweep as _sweep
 from agentrl.sandboxes.e2b.errors import Verdict, classify, rebuild_handle, reset_sdk_transports
 from agentrl.sandboxes.e2b.options import E2BOptions
@@ -98,6 +100,7 @@ class E2BSandbox(Sandbox):
     ) -> None:
         self.options = E2BOptions.resolve(environ, **options)
         self.max_output = max_output_bytes(self.options.max_output_bytes)
+        self.read_file_max_bytes = max(READ_FILE_MAX_BYTES, self.max_output)
         self.image = image
         self.workdir = workdir
         self._boot_metadata = self.options.boot_metadata(image)
@@ -451,12 +454,8 @@ class E2BSandbox(Sandbox):
         )
 
     async def read_file(self, path: str, *, user: str = "root", text: bool = True) -> str | bytes:
-        data = await self._call(
-            f"read {path} in e2b sandbox {self.sandbox_id}",
-            lambda: self._started().files.read(path, format="bytes", user=user),
-        )
-        raw = bytes(data)
-        return raw.decode("utf-8", errors="replace") if text else raw
+        """At most ``read_file_max_bytes`` (64 MiB), streamed (see ``files.read_capped``)."""
+        return await _files.read_capped(self, path, user=user, text=text)
 
     # -- networking ------------------------------------------------------------------------
     def url_for(self, host: str, port: int) -> str:

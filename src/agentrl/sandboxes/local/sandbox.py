@@ -23,7 +23,13 @@ import time
 from types import MappingProxyType
 from typing import Any
 
-from agentrl.sandboxes.base import ExecRequest, Sandbox, SandboxError, SandboxGoneError
+from agentrl.sandboxes.base import (
+    READ_FILE_MAX_BYTES,
+    ExecRequest,
+    Sandbox,
+    SandboxError,
+    SandboxGoneError,
+)
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
 from agentrl.sandboxes.local import bwrap, fs, launcher, proc
 from agentrl.sandboxes.local.exec import ControlChannel
@@ -39,8 +45,6 @@ logger = logging.getLogger(__name__)
 
 _USERS = ("root", "agent")
 _EXIT_MISSING = 44
-#: The most ``read_file`` returns (see its docstring).
-READ_FILE_MAX_BYTES = 64 << 20
 
 
 class LocalSandbox(Sandbox):
