@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import Any
 
 from agentrl.sandboxes.base import SandboxError, truncated
-
-if TYPE_CHECKING:
-    from agentrl.sandboxes.e2b.sandbox import E2BSandbox
 
 __all__ = ["read_capped"]
 
 
-async def read_capped(sandbox: E2BSandbox, path: str, *, user: str, text: bool) -> str | bytes:
-    """``path`` read through the SDK's stream, at most ``sandbox.read_file_max_bytes``.
+async def read_capped(sandbox: Any, path: str, *, user: str, text: bool) -> str | bytes:
+    """``path`` of the started ``E2BSandbox`` ``sandbox`` read through the SDK's stream, at
+    most ``sandbox.read_file_max_bytes``.
 
     Text over the cap keeps its head and its tail (up to the exec output cap, read with
     ``tail``) around the truncation marker; bytes over it raise ``SandboxError`` naming
@@ -40,7 +38,7 @@ async def read_capped(sandbox: E2BSandbox, path: str, *, user: str, text: bool) 
     return truncated(kept, tail_bytes, max(0, size - len(kept) - len(tail_bytes)))
 
 
-async def _read_head(sandbox: E2BSandbox, path: str, user: str, most: int) -> bytes:
+async def _read_head(sandbox: Any, path: str, user: str, most: int) -> bytes:
     """The first ``most`` bytes of ``path`` (fewer if it is shorter), streamed."""
     reader = await sandbox._started().files.read(path, format="stream", user=user)
     chunks: list[bytes] = []
