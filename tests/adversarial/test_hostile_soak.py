@@ -1,10 +1,11 @@
 """A bounded soak: mixed rollouts, hostile policies and injected faults at once.
 
-Ten rollouts of the textstats task run four at a time through one middleware: the real
+Eleven rollouts of the textstats task run four at a time through one middleware: the real
 Claude Code CLI in real local sandboxes, the scripted SGLang engine as the policy (its
 replies are what a Qwen3 policy would sample, in the ``hermes`` format). Some solve the
 task, some attack (kill every process, remove ``.git``, race the control area with symlinks
-to a host canary, flood their output, fill ``/dev/shm``), and some meet a fault the policy
+to a host canary, flood their output, fill ``/dev/shm``, send the middleware a
+10,000-deep body and a 30 MB count_tokens with their own token), and some meet a fault the policy
 did not cause (the engine failing a turn, a sandbox that cannot boot). Each rollout must end
 in its own outcome class, and afterwards the host is back where it started: no descriptor,
 process, session, state directory, staging directory or cgroup left, the canary untouched,
@@ -76,6 +77,20 @@ def _race_control_area(canary: pathlib.Path) -> str:
     )
 
 
+#: From inside, with the session's own token: a 10,000-deep JSON body and a 30 MB
+#: count_tokens at the middleware (each answered with a 4xx, neither stalls the others).
+_HIT_MIDDLEWARE = (
+    'python3 -c "import os, urllib.request as u, urllib.error as e\n'
+    "url = os.environ['ANTHROPIC_BASE_URL']\n"
+    "hdr = {'Authorization': 'Bearer ' + os.environ['ANTHROPIC_AUTH_TOKEN'],"
+    " 'content-type': 'application/json'}\n"
+    "for path, body in (('/v1/messages', b'[' * 10000 + b']' * 10000),"
+    " ('/v1/messages/count_tokens', b'{\\\"messages\\\": \\\"' + b'x' * 30000000 + b'\\\"}')):\n"
+    "    try: print(u.urlopen(u.Request(url + path, body, hdr), timeout=30).status)\n"
+    "    except e.HTTPError as err: print(err.code)\n"
+    '    except Exception as err: print(type(err).__name__)"'
+)
+
 SCRIPTS = {
     # name -> (the policy's replies, the outcome, whether it trains)
     "solve-1": (claude_solution(), Outcome.SOLVED),
@@ -83,6 +98,7 @@ SCRIPTS = {
     "kill-all": ([_bash("kill -9 -1"), "Done."], Outcome.AGENT_ERROR),
     "remove-git": ([_bash("rm -rf /workspace/.git"), "Done."], Outcome.AGENT_ERROR),
     "flood-output": ([_bash("yes | head -c 30000000; echo"), "Done."], Outcome.UNSOLVED),
+    "hit-middleware": ([_bash(_HIT_MIDDLEWARE), "Done."], Outcome.UNSOLVED),
     "fill-shm": (
         [_bash("head -c 100000000 /dev/zero > /dev/shm/x; df /dev/shm"), "Done."],
         Outcome.UNSOLVED,
@@ -93,7 +109,7 @@ SCRIPTS = {
 async def test_soak_mixed_hostile_rollouts_end_in_their_class_and_leave_nothing(
     tmp_path, agentrl_middleware, agentrl_scripted_engine
 ):
-    """Ten rollouts (two solving, five hostile, two infra faults, one warm-up) four at a
+    """Eleven rollouts (two solving, six hostile, two infra faults, one warm-up) four at a
     time. Bound: each ends in its outcome class (trainable for the policy's doings,
     infra_error with remove_sample for faults it did not cause); afterwards descriptors
     are within 8 of the warm-up level, no child process, session, state directory, staging
@@ -168,6 +184,9 @@ async def test_soak_mixed_hostile_rollouts_end_in_their_class_and_leave_nothing(
         assert result.outcome is outcome, (name, result.error, result.agent_log[-800:])
         assert result.remove_sample is not outcome.trainable, name
     assert results["race-ctl"].outcome.trainable, results["race-ctl"].error
+    # The middleware answered the deep body with 400 and the oversized count with 413.
+    hit = results["hit-middleware"].agent_log
+    assert "400" in hit and "413" in hit and "URLError" not in hit, hit[-1500:]
     for name in ("engine-fault", "boot-fault"):
         assert results[name].outcome is Outcome.INFRA_ERROR, (name, results[name].error)
         assert results[name].remove_sample, name
