@@ -164,7 +164,9 @@ def _args(engine: ScriptedEngine, tokenizer_dir, **kw) -> types.SimpleNamespace:
         sglang_router_ip=host,
         sglang_router_port=int(port),
         rollout_max_context_len=32768,
-        sglang_tool_call_parser="qwen25",
+        # hermes, not slime's usual qwen25: SGLang's name whose built-in is proven identical,
+        # so it resolves without SGLang (qwen25 is SGLang's own parser, see test_slime_parsers).
+        sglang_tool_call_parser="hermes",
         sglang_reasoning_parser="qwen3",
         n_samples_per_prompt=1,
         advantage_estimator="grpo",

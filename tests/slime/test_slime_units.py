@@ -581,35 +581,6 @@ def test_env_vars_are_documented():
     assert not missing, f"undocumented in docs/slime.md: {missing}"
 
 
-@pytest.mark.parametrize(
-    ("kind", "sglang_name", "agentrl_name"),
-    [
-        ("tool_parser", "qwen25", "hermes"),
-        ("tool_parser", "qwen", "hermes"),
-        ("tool_parser", "qwen3_coder", "qwen3_coder"),
-        ("reasoning_parser", "qwen3", "qwen3"),
-        ("reasoning_parser", "qwen3-thinking", "deepseek_r1"),
-        ("reasoning_parser", "deepseek-r1", "deepseek_r1"),
-    ],
-)
-def test_sglang_parser_names_map_to_agentrl_parsers(
-    agentrl_registry, kind, sglang_name, agentrl_name
-):
-    """--sglang-*-parser names resolve to the agentrl parser reading the same format."""
-    from agentrl.slime.service import resolve_parser
-
-    assert resolve_parser(kind, sglang_name).name == agentrl_name
-    assert resolve_parser(kind, None) is None and resolve_parser(kind, "") is None
-
-
-def test_unknown_parser_name_lists_the_choices(agentrl_registry):
-    """An SGLang parser agentrl cannot read fails naming the flag and the available parsers."""
-    from agentrl.slime.service import resolve_parser
-
-    with pytest.raises(SlimeConfigError, match=r"--sglang-tool-call-parser 'nope'.*hermes"):
-        resolve_parser("tool_parser", "nope")
-
-
 def test_non_generation_time_counts_each_engine_call_once():
     """Rollout time minus engine time, with a turn shared by two chains counted once."""
     from agentrl.slime.samples import non_generation_seconds

@@ -6,7 +6,7 @@ Public API::
     ToolCallResult(normal_text: str, calls: tuple[ToolCall, ...], ill_formed: bool = False,
                    errors: tuple[str, ...] = ())
     ToolCallParser(tools: Sequence[Mapping] | None = None)     # abstract; class attrs
-        name: str; parser_type = "tool_call"
+        name: str; parser_type = "tool_call"; sglang_equivalents: tuple[str, ...]
         parse(text: str, *, tools: Sequence[Mapping] | None = None) -> ToolCallResult
         has_tool_call(text: str) -> bool
 
@@ -14,6 +14,7 @@ Public API::
                     sampled_reasoning: str | None = None, sampled_content: str | None = None)
     ReasoningParser(*, in_reasoning: bool | None = None)      # abstract; class attrs
         name: str; parser_type = "reasoning"; start_token: str; end_token: str
+        sglang_equivalents: tuple[str, ...]
         parse(text: str, *, in_reasoning: bool | None = None) -> ReasoningResult
         prompt_opens_reasoning(prompt_text: str) -> bool       # classmethod
 
@@ -26,6 +27,12 @@ Rules every parser keeps:
 - With no tool calls found, ``normal_text`` is exactly the input text.
 - ``in_reasoning=True`` means the prompt already opened the reasoning block (the template
   ended the generation prompt with ``<think>``), so the output starts inside it.
+
+``sglang_equivalents`` names the SGLang parsers (``--tool-call-parser`` /
+``--reasoning-parser`` names) a parser is proven to read identically — by the differential
+test, tests/parsers/test_parsers_sglang.py. The registry hands out this parser for those
+names instead of SGLang's own (see ``agentrl.plugins.get_tool_parser``); claim a name only
+with a test that proves it.
 """
 
 from __future__ import annotations
@@ -124,6 +131,8 @@ class ToolCallParser(abc.ABC):
 
     name: ClassVar[str]
     parser_type: ClassVar[str] = "tool_call"
+    #: SGLang parser names this parser is proven to read identically (see the module doc).
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ()
     #: The marker whose presence means the model tried to call a tool.
     start_token: ClassVar[str] = "<tool_call>"
 
@@ -146,6 +155,8 @@ class ReasoningParser(abc.ABC):
 
     name: ClassVar[str]
     parser_type: ClassVar[str] = "reasoning"
+    #: SGLang parser names this parser is proven to read identically (see the module doc).
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ()
     start_token: ClassVar[str] = "<think>"
     end_token: ClassVar[str] = "</think>"
     #: Default for ``in_reasoning`` when neither the constructor nor ``parse`` sets it.

@@ -56,6 +56,8 @@ class HermesToolCallParser(TaggedToolCallParser):
     """JSON tool calls in ``<tool_call>…</tool_call>`` (the Qwen3 chat template's format)."""
 
     name: ClassVar[str] = "hermes"
+    #: Proven by tests/parsers/test_parsers_sglang.py.
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ("hermes",)
     start_token: ClassVar[str] = "<tool_call>"
     end_token: ClassVar[str] = "</tool_call>"
     parse_block = staticmethod(_parse_json_call)

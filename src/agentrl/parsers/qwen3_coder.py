@@ -129,6 +129,8 @@ class Qwen3CoderToolCallParser(TaggedToolCallParser):
     """``<tool_call><function=NAME><parameter=K>V</parameter>…</function></tool_call>``."""
 
     name: ClassVar[str] = "qwen3_coder"
+    #: Proven by tests/parsers/test_parsers_sglang.py.
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ("qwen3_coder",)
     start_token: ClassVar[str] = "<tool_call>"
     end_token: ClassVar[str] = "</tool_call>"
     parse_block = staticmethod(_parse_xml_call)

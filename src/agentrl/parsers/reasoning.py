@@ -92,6 +92,8 @@ class Qwen3ReasoningParser(ThinkTagReasoningParser):
     """Qwen3 (hybrid thinking): reasoning only where the output or prompt opened ``<think>``."""
 
     name: ClassVar[str] = "qwen3"
+    #: Proven by tests/parsers/test_parsers_sglang.py.
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ("qwen3",)
     default_in_reasoning: ClassVar[bool | None] = None
     implicit_end_tokens: ClassVar[tuple[str, ...]] = ("<tool_call>",)
 
@@ -100,4 +102,6 @@ class DeepSeekR1ReasoningParser(ThinkTagReasoningParser):
     """DeepSeek-R1: the template opens ``<think>``, so output starts inside reasoning."""
 
     name: ClassVar[str] = "deepseek_r1"
+    #: Proven by tests/parsers/test_parsers_sglang.py.
+    sglang_equivalents: ClassVar[tuple[str, ...]] = ("deepseek-r1",)
     default_in_reasoning: ClassVar[bool | None] = True

@@ -35,6 +35,7 @@ from agentrl.parsers.base import (
     ToolCallParser,
     ToolCallResult,
 )
+from agentrl.plugins.registry import SGLANG_PREFIX
 
 __all__ = [
     "SGLangReasoningParser",
@@ -45,7 +46,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "sglang:"
+PREFIX = SGLANG_PREFIX
 
 _TOOL_MODULES = ("sglang.srt.function_call.function_call_parser", "sglang.srt.function_call_parser")
 _REASONING_MODULES = ("sglang.srt.parser.reasoning_parser", "sglang.srt.reasoning_parser")

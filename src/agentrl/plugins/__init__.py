@@ -121,13 +121,17 @@ def get_graders() -> list[type[Grader]]:
 
 
 def get_tool_parser(name: str) -> type[ToolCallParser]:
-    """The tool-call parser class registered as ``name``."""
-    return cast("type[ToolCallParser]", get_registry().get("tool_parser", name))
+    """The tool-call parser ``name``: registered, or SGLang's (``PluginRegistry.get_parser``).
+
+    A name that is not registered resolves to the built-in proven identical to SGLang's
+    parser of that name, else to SGLang's own (``sglang:<name>``) when SGLang imports.
+    """
+    return cast("type[ToolCallParser]", get_registry().get_parser("tool_parser", name))
 
 
 def get_reasoning_parser(name: str) -> type[ReasoningParser]:
-    """The reasoning parser class registered as ``name``."""
-    return cast("type[ReasoningParser]", get_registry().get("reasoning_parser", name))
+    """The reasoning parser ``name``, resolved like :func:`get_tool_parser`."""
+    return cast("type[ReasoningParser]", get_registry().get_parser("reasoning_parser", name))
 
 
 def notify(hook_name: str, event: Any) -> None:

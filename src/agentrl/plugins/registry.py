@@ -57,6 +57,9 @@ KNOWN_EXTRAS: dict[tuple[str, str], str] = {
 }
 
 _PARSER_TYPES = {"tool_call": "tool_parser", "reasoning": "reasoning_parser"}
+_PARSER_KINDS = sorted(_PARSER_TYPES.values())
+#: How SGLang's own parsers are registered (``agentrl.parsers.sglang``): ``sglang:<name>``.
+SGLANG_PREFIX = "sglang:"
 
 
 class PluginError(Exception):
@@ -127,6 +130,23 @@ def _kind_of(hook_name: str, cls: type) -> str:
             f"parser class {cls.__qualname__} has parser_type={parser_type!r}; "
             f"expected one of {sorted(_PARSER_TYPES)}"
         ) from None
+
+
+def _sglang_hint(registry: dict[str, type], name: str) -> str:
+    """Why SGLang's parser of this name is not there either, and what to do about it."""
+    bare = name.removeprefix(SGLANG_PREFIX)
+    if any(known.startswith(SGLANG_PREFIX) for known in registry):
+        return (
+            f". SGLang's parsers are loaded, but SGLang has no parser named {bare!r} either "
+            "(its names are the sglang:<name> entries above)"
+        )
+    return (
+        f". {bare!r} is not a built-in parser and SGLang's parser modules are not importable, "
+        f"so SGLang's parser of that name cannot be used: install SGLang ({install_hint('sglang')}"
+        "; or only its parser modules, as `make test-sglang` does: pip install --no-deps "
+        "--target DIR sglang plus its parser dependencies, with DIR on PYTHONPATH). With "
+        f"SGLang importable, {bare!r} and 'sglang:{bare}' resolve to SGLang's parser"
+    )
 
 
 def _log_call(hook_name: str, kwargs: dict[str, Any], plugin_names: list[str]) -> None:
@@ -340,6 +360,33 @@ class PluginRegistry:
             return registry[name]
         except KeyError:
             pass
+        raise NotAvailableError(self._missing(kind, name))
+
+    def get_parser(self, kind: str, name: str) -> type:
+        """A tool-call or reasoning parser by name, SGLang's parser names included.
+
+        In order: the parser registered as ``name`` (a built-in, a plugin's, or an explicit
+        ``sglang:<name>``); a registered parser that lists ``name`` in its
+        ``sglang_equivalents`` (proven to read like SGLang's parser of that name, so
+        ``deepseek-r1`` is the built-in ``deepseek_r1``); SGLang's own parser of that name
+        (``sglang:<name>``, registered when SGLang's parser modules import). Otherwise
+        ``NotAvailableError`` listing what is registered and saying how to get SGLang's.
+        """
+        if kind not in _PARSER_TYPES.values():
+            raise ValueError(f"{kind!r} is not a parser kind; expected one of {_PARSER_KINDS}")
+        registry = self._registry(kind)
+        if name in registry:
+            return registry[name]
+        for cls in registry.values():
+            if name in getattr(cls, "sglang_equivalents", ()):
+                return cls
+        sglang = registry.get(SGLANG_PREFIX + name)
+        if sglang is not None:
+            return sglang
+        raise NotAvailableError(self._missing(kind, name) + _sglang_hint(registry, name))
+
+    def _missing(self, kind: str, name: str) -> str:
+        registry = self._registry(kind)
         choices = ", ".join(sorted(registry)) or "none"
         message = (
             f"{kind.replace('_', ' ')} {name!r} is not available (plugin may not be installed); "
@@ -357,7 +404,7 @@ class PluginRegistry:
                 f". These plugins failed to load and may provide it: {failed}; "
                 "`agentrl plugins` shows them"
             )
-        raise NotAvailableError(message)
+        return message
 
     def owner(self, kind: str, name: str) -> str:
         self._collect()

@@ -38,21 +38,6 @@ __all__ = ["RolloutOutput", "Service", "ServiceSettings", "get_service", "shutdo
 
 logger = logging.getLogger(__name__)
 
-#: SGLang parser names (``--sglang-tool-call-parser`` / ``--sglang-reasoning-parser``) ->
-#: the agentrl parser that reads the same format.
-SGLANG_TOOL_PARSERS: dict[str, str] = {
-    "qwen25": "hermes",
-    "qwen": "hermes",
-    "qwen3": "hermes",
-    "hermes": "hermes",
-    "qwen3_coder": "qwen3_coder",
-}
-SGLANG_REASONING_PARSERS: dict[str, str] = {
-    "qwen3": "qwen3",
-    "qwen3-thinking": "deepseek_r1",
-    "deepseek-r1": "deepseek_r1",
-}
-
 
 def router_url(args: Any) -> str:
     """The SGLang router's base URL from slime's ``sglang_router_ip`` / ``sglang_router_port``."""
@@ -101,6 +86,13 @@ class ServiceSettings:
             tasks_dir=pathlib.Path(config.tasks_dir) if config.tasks_dir else None,
         )
 
+    def parser_classes(self) -> tuple[type | None, type | None]:
+        """The tool-call and reasoning parser classes slime's two parser flags name."""
+        return (
+            resolve_parser("tool_parser", self.tool_parser),
+            resolve_parser("reasoning_parser", self.reasoning_parser),
+        )
+
 
 @attrs.frozen(kw_only=True)
 class RolloutOutput:
@@ -120,25 +112,24 @@ def saw_engine_abort(turns: Sequence[TurnFact]) -> bool:
 
 
 def resolve_parser(kind: str, name: str | None) -> type | None:
-    """The agentrl parser class for an SGLang parser name (``None`` when none is set)."""
+    """The parser class for an SGLang parser name (``None`` when none is set).
+
+    slime hands ``--sglang-tool-call-parser`` / ``--sglang-reasoning-parser`` to SGLang as
+    they are, so agentrl reads them as SGLang names through the registry's getters: the
+    built-in where it is proven identical to SGLang's parser, else SGLang's own (see
+    ``agentrl.plugins.get_tool_parser``). Resolution lives there, not here, so
+    ``agentrl serve --tool-parser glm45`` and slime resolve a name the same way.
+    """
     if not name:
         return None
     from agentrl import plugins
 
-    table = SGLANG_TOOL_PARSERS if kind == "tool_parser" else SGLANG_REASONING_PARSERS
     getter = plugins.get_tool_parser if kind == "tool_parser" else plugins.get_reasoning_parser
-    candidates = dict.fromkeys([table.get(name, name), name, name.replace("-", "_")])
-    first_error: Exception | None = None
-    for candidate in candidates:
-        try:
-            return getter(candidate)
-        except plugins.NotAvailableError as exc:
-            first_error = first_error or exc
-    flag = "--sglang-tool-call-parser" if kind == "tool_parser" else "--sglang-reasoning-parser"
-    raise SlimeConfigError(
-        f"{flag} {name!r} has no agentrl {kind.replace('_', ' ')}: {first_error}. Use a "
-        f"parser for the served model's output format, or register one through a plugin"
-    )
+    try:
+        return getter(name)
+    except plugins.NotAvailableError as exc:
+        flag = "--sglang-tool-call-parser" if kind == "tool_parser" else "--sglang-reasoning-parser"
+        raise SlimeConfigError(f"{flag} {name!r}: {exc}") from exc
 
 
 def public_address(configured: str, sglang_url: str) -> str:
@@ -200,6 +191,7 @@ class Service:
         from agentrl.rollout.stack import Stack, StackOptions
 
         s, c = self.settings, self.config
+        tool_parser, reasoning_parser = s.parser_classes()
         public_host = (
             None if c.unix_socket else public_address(c.require_public_host(), s.sglang_url)
         )
@@ -210,8 +202,8 @@ class Service:
             engine="sglang",
             engine_url=s.sglang_url,
             tokenizer=s.hf_checkpoint,
-            tool_parser=resolve_parser("tool_parser", s.tool_parser),
-            reasoning_parser=resolve_parser("reasoning_parser", s.reasoning_parser),
+            tool_parser=tool_parser,
+            reasoning_parser=reasoning_parser,
             harness_options=c.harness_kwargs(),
             sandbox_options=dict(c.sandbox_options),
             host_python=False,
