@@ -4,6 +4,10 @@ Opt-in (marker ``sglang``, deselected by default): run with ``make test-sglang``
 ``python -m pytest -m sglang tests/parsers/test_parsers_sglang.py`` after ``pip install sglang``.
 Malformed output is out of scope here: there the built-ins deliberately keep the text
 visible and flag ``ill_formed``, where SGLang logs and drops.
+
+A built-in lists in ``sglang_equivalents`` exactly the SGLang names proven here; the last
+tests check, against real SGLang, that every SGLang name resolves through the registry
+(the proven built-in or SGLang's own) and that docs/slime.md names only parsers SGLang has.
 """
 
 from __future__ import annotations
@@ -141,3 +145,56 @@ def test_every_sglang_name_is_registered(sglang_parsers):
     reasoning_names = {name for kind, name in sglang_parsers if kind == "reasoning"}
     assert tool_names == {f"sglang:{n}" for n in function_call_parser.ToolCallParserEnum}
     assert reasoning_names == {f"sglang:{n}" for n in reasoning_parser.DetectorMap}
+
+
+def test_bare_sglang_names_resolve_through_the_registry(agentrl_registry, sglang_parsers):
+    """Every SGLang name resolves by the registry getters: the proven built-in or SGLang's."""
+    from agentrl import plugins
+
+    function_call_parser, reasoning_parser = sglang_family.sglang_parser_modules()
+    lookups = [
+        (plugins.get_tool_parser, function_call_parser.ToolCallParserEnum),
+        (plugins.get_reasoning_parser, reasoning_parser.DetectorMap),
+    ]
+    for getter, sglang_names in lookups:
+        for name in sglang_names:
+            cls = getter(name)
+            if name in cls.sglang_equivalents:
+                assert not cls.name.startswith("sglang:")
+            else:
+                assert (cls.name, cls.sglang_name) == (f"sglang:{name}", name)
+    assert plugins.get_tool_parser("glm45").name == "sglang:glm45"
+
+
+def test_builtin_names_sglang_also_has_are_proven(sglang_parsers):
+    """A built-in whose own name is an SGLang name claims it, so the name means one format."""
+    function_call_parser, reasoning_parser = sglang_family.sglang_parser_modules()
+    for builtin, sglang_names in [
+        (HermesToolCallParser, function_call_parser.ToolCallParserEnum),
+        (Qwen3CoderToolCallParser, function_call_parser.ToolCallParserEnum),
+        (Qwen3ReasoningParser, reasoning_parser.DetectorMap),
+        (DeepSeekR1ReasoningParser, reasoning_parser.DetectorMap),
+    ]:
+        assert set(builtin.sglang_equivalents) <= set(sglang_names)
+        if builtin.name in sglang_names:
+            assert builtin.name in builtin.sglang_equivalents
+
+
+def test_docs_parser_table_lists_only_names_sglang_accepts(sglang_parsers):
+    """docs/slime.md's parser table names only tool-call / reasoning parsers SGLang has."""
+    import pathlib
+    import re
+
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs" / "slime.md"
+    table = docs.read_text().split("| SGLang name |", 1)[1].split("\n\n", 1)[0]
+    function_call_parser, reasoning_parser = sglang_family.sglang_parser_modules()
+    known = {"tool calls": function_call_parser.ToolCallParserEnum}
+    known["reasoning"] = reasoning_parser.DetectorMap
+    checked = 0
+    for row in table.splitlines()[2:]:
+        for part in row.split("|")[1].split(";"):
+            kind = re.search(r"\((tool calls|reasoning)\)", part).group(1)
+            for name in re.findall(r"`([^`]+)`", part):
+                assert name in known[kind], f"docs/slime.md lists {kind} parser {name!r}"
+                checked += 1
+    assert checked >= 20
