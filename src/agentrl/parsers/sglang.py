@@ -11,8 +11,10 @@ When SGLang's parser modules import, every name in SGLang's registries
 (``FunctionCallParser.ToolCallParserEnum`` and ``ReasoningParser.DetectorMap``) is
 registered as ``sglang:<name>`` — for example ``sglang:hermes``, ``sglang:qwen3_coder``,
 ``sglang:qwen3``, ``sglang:deepseek-r1``. The prefix keeps them apart from the built-ins
-(``hermes``, ``qwen3_coder``, ``qwen3``, ``deepseek_r1``), so choosing SGLang's
-implementation is always explicit. Without SGLang nothing is registered.
+(``hermes``, ``qwen3_coder``, ``qwen3``, ``deepseek_r1``); the registry's getters also
+resolve a bare SGLang name (``glm45``) to its ``sglang:`` parser unless a built-in is
+proven identical (``sglang_equivalents``), and ``sglang:<name>`` always picks SGLang's.
+Without SGLang nothing is registered.
 
 The wrappers keep the parser contracts: nothing raises on model output; a tool call SGLang
 could not parse (it saw the start marker but returned fewer calls) sets ``ill_formed``, and
