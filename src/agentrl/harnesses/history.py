@@ -7,7 +7,7 @@ history reachable from the task's base commit (``HEAD`` when the task names none
 branch (or a detached HEAD) at the base and nothing else. It deletes every other ref
 (branches, tags, remote-tracking refs, the stash, notes, replace refs), the remotes, the
 reflogs, the pseudo-refs and message files (``FETCH_HEAD``, ``ORIG_HEAD``,
-``COMMIT_EDITMSG``, ...), the other worktrees, the rerere cache, grafts and the
+``COMMIT_EDITMSG``, ...), the other worktrees (their checkouts too), the rerere cache, grafts and the
 commit-graph; it repacks the reachable objects into one pack (copying those that lived
 only in an alternate object store), drops every other pack and loose object, and unlinks
 the alternates. Submodules' repositories get the same, each kept at its checked-out
@@ -97,6 +97,9 @@ if [ -n "__BASE__" ]; then
   if [ -z "$keep" ]; then echo AGENTRL_NO_BASE; fi
 fi
 if [ -z "$keep" ]; then keep=$(G rev-parse -q --verify 'HEAD^{commit}' || true); fi
+if [ -z "$keep" ] && G rev-parse -q --verify HEAD >/dev/null; then
+  echo "HEAD names a commit the repository does not have" >&2; exit __REPACK_FAILED__
+fi
 subs=$({ G submodule foreach --quiet --recursive 'git rev-parse --absolute-git-dir' \
   2>/dev/null || true; find "$gitdir/modules" -name HEAD -type f 2>/dev/null \
   | sed 's,/HEAD$,,'; } | sort -u)
@@ -104,6 +107,13 @@ if [ -n "$keep" ]; then
   if [ "$keep" != "$(G rev-parse -q --verify HEAD || true)" ]; then echo AGENTRL_MOVED_HEAD; fi
   G reset -q --mixed "$keep"
 fi
+here=$(pwd -P)
+# The other worktrees' checkouts (of other commits) go, with their directories.
+G worktree list --porcelain 2>/dev/null | sed -n 's/^worktree //p' | while read -r w; do
+  if [ "$(cd "$w" 2>/dev/null && pwd -P)" != "$here" ]; then
+    G worktree remove -f -f "$w" >/dev/null 2>&1 || true
+  fi
+done
 scrub "$gitdir" "$keep"
 for s in $subs; do
   if [ -f "$s/HEAD" ] && [ -d "$s/objects" ]; then
