@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.harnesses.history import scrub_history
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
+from agentrl.sandboxes.e2b import E2BSandbox
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import Task
 
@@ -67,7 +69,7 @@ $G cat-file --batch-all-objects --batch | grep -c '{SECRET}-alternate'
 
 #: What the agent's shell could try; prints every hit of the secret.
 HUNT = f"""
-cd /workspace
+cd "${{WORKDIR:-/workspace}}"
 G="git -c safe.directory=*"
 {{
   $G log --all --format='%H %s %b %N' -p
@@ -131,3 +133,18 @@ async def test_the_agent_cannot_read_the_future_out_of_git(tmp_path, shape):
         assert edited.exit_code == 0, edited.stderr
         diff = await capture_diff(box, "/workspace", baseline, ("PROBLEM_STATEMENT.md",))
         assert "-VALUE = 1\n+VALUE = 2" in diff and SECRET not in diff
+
+
+async def test_the_future_is_cut_through_the_e2b_path(tmp_path, agentrl_e2b_options):
+    """Attack: the same hunt in an E2B sandbox (the E2B double: the real SDK, commands run
+    on this host). Bound: after ``scrub_history`` over the SDK's exec, nothing prints the
+    secret and HEAD is the base."""
+    repo = tmp_path / "repo"
+    base = _plant(repo)
+    async with E2BSandbox("registry/task:1", **agentrl_e2b_options) as box:
+        await scrub_history(box, str(repo), instance_id="hist-e2b")
+        hunt = await box.exec(HUNT, env={"WORKDIR": str(repo)}, timeout=60)
+        assert hunt.stdout.strip() == "CLEAN", hunt.stdout[-2000:]
+        head = await box.exec(f"git -C {repo} rev-parse HEAD", timeout=60)
+        assert head.stdout.strip() == base
+        assert not (tmp_path / "host-wt").exists()
