@@ -825,3 +825,21 @@ async def test_double_replays_a_creation_with_the_same_idempotency_key(server):
     assert first.sandbox_id == second.sandbox_id
     assert await first.kill()
     assert not server.sandboxes[first.sandbox_id].alive
+
+
+@pytest.mark.parametrize(
+    ("options", "sent"),
+    [
+        ({}, {}),
+        ({"allow_internet_access": False}, {"allow_internet_access": False}),
+        (
+            {"allow_internet_access": False, "egress_allow": ["mw.example.com", "10.0.0.0/8"]},
+            {"network": {"allowOut": ["mw.example.com", "10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]}},
+        ),
+    ],
+)
+async def test_egress_is_restricted_through_the_sdk_option(server, make_sandbox, options, sent):
+    """``allow_internet_access=False`` reaches E2B's create request as the SDK's own field
+    (alone, or as deny-all-but ``egress_allow``); left unset, nothing is sent."""
+    async with make_sandbox(**options) as sandbox:
+        assert server.sandboxes[sandbox.sandbox_id].egress == sent

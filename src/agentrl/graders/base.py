@@ -239,6 +239,14 @@ class Grader(abc.ABC):
         """
         return {}
 
+    def base_commit(self, task: Task) -> str | None:
+        """The commit the agent's workspace starts from, when the task names one.
+
+        The agent's repository keeps only the history reachable from it (``None``: from
+        HEAD once :meth:`prepare` ran); see ``agentrl.harnesses.history``.
+        """
+        return None
+
     # -- the grading pipeline ----------------------------------------------------------------
     async def grade(
         self,

@@ -251,6 +251,10 @@ class SWEBenchGrader(Grader):
         return sandbox_source_problem(task, "metadata.remote_env_info.image")
 
     # -- grading ---------------------------------------------------------------------------
+    def base_commit(self, task: Task) -> str | None:
+        commit = (task.grading.get("instance") or {}).get("base_commit")
+        return commit if isinstance(commit, str) and commit.strip() else None
+
     async def prepare(self, sandbox: Sandbox, task: Task) -> dict[str, Any]:
         created = await ensure_git_baseline(sandbox, task.workdir, user=self.user)
         return {"git_baseline_created": True} if created else {}

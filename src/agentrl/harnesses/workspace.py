@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Sequence
 
 from agentrl.harnesses.base import HarnessError, give_to_user
+from agentrl.harnesses.history import scrub_history
 from agentrl.sandboxes.base import Sandbox, max_output_bytes
 from agentrl.types import Task
 
@@ -66,11 +67,17 @@ async def prepare_workspace(
     timeout: float = 600.0,
     ignore: Sequence[str] = (),
     run_pre_commands: bool = True,
+    base_commit: str | None = None,
+    keep_history: bool = False,
 ) -> str:
-    """Run ``task.pre_commands``, snapshot the baseline, write the problem statement.
+    """Run ``task.pre_commands``, cut the repository's future, snapshot the baseline,
+    write the problem statement.
 
-    Returns the baseline commit id. The workdir (``.git`` included) is handed to ``user``
-    (created first when the image has no such account).
+    Returns the baseline commit id. Before the snapshot the repository keeps only the
+    history reachable from ``base_commit`` (the task's base; ``None``: HEAD), see
+    :func:`~agentrl.harnesses.history.scrub_history`; ``keep_history=True`` skips that.
+    The workdir (``.git`` included) is handed to ``user`` (created first when the image
+    has no such account).
     Raises ``HarnessError`` when a pre-command fails or git is missing. A rollout passes
     ``run_pre_commands=False``: there the grader's ``prepare`` runs them, as it does
     before grading.
@@ -87,6 +94,14 @@ async def prepare_workspace(
                 f"exited with code {result.exit_code}: {command[:200]!r}: "
                 f"{(result.stderr or result.stdout).strip()[-800:]}"
             )
+    if not keep_history:
+        await scrub_history(
+            sandbox,
+            task.workdir,
+            base_commit=base_commit,
+            timeout=timeout,
+            instance_id=task.instance_id,
+        )
     script = (
         "set -e\n"
         f"cd {workdir}\n"

@@ -203,6 +203,7 @@ class Phases:
                         timeout=config.prepare_timeout,
                         ignore=config.diff_ignore,
                         run_pre_commands=False,
+                        base_commit=self.grader.base_commit(task),
                     ),
                 )
                 token = await _guarded("open a middleware session", self._open_session())

@@ -68,6 +68,8 @@ class SandboxRecord:
     home: pathlib.Path
     access_token: str
     idempotency_key: str | None = None
+    #: The creation's egress settings as sent (``allow_internet_access``, ``network``).
+    egress: dict[str, object] = attrs.field(factory=dict)
     started_at: datetime.datetime = attrs.field(
         factory=lambda: datetime.datetime.now(datetime.timezone.utc)
     )

@@ -309,6 +309,7 @@ class E2BServer:
                 home=home,
                 access_token=secrets.token_hex(16),
                 idempotency_key=key,
+                egress={k: body[k] for k in ("allow_internet_access", "network") if k in body},
             )
             self.sandboxes[sandbox_id] = record
             self._arm_reaper(record)

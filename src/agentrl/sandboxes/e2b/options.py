@@ -79,6 +79,10 @@ class E2BOptions:
     run_id: str | None = None
     owner: str | None = None
     sweep_stale: bool = False
+    #: ``False``: the sandbox has no egress (the SDK's ``allow_internet_access``) except to
+    #: the hosts in ``egress_allow`` (the middleware's). ``None``: the SDK's default (open).
+    allow_internet_access: bool | None = None
+    egress_allow: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> E2BOptions:
@@ -135,6 +139,19 @@ class E2BOptions:
                 "or a template (AGENTRL_E2B_TEMPLATE); neither is set"
             )
         return metadata
+
+    def network_params(self) -> dict[str, Any]:
+        """What ``AsyncSandbox.create`` gets to restrict egress (nothing when left open).
+
+        ``allow_internet_access=False`` alone denies every outbound connection; with
+        ``egress_allow`` it is E2B's "deny all but these": ``network={"allow_out": hosts,
+        "deny_out": ["0.0.0.0/0"]}`` (hostnames, IPs or CIDR blocks).
+        """
+        if self.allow_internet_access is not False:
+            return {}
+        if not self.egress_allow:
+            return {"allow_internet_access": False}
+        return {"network": {"allow_out": list(self.egress_allow), "deny_out": ["0.0.0.0/0"]}}
 
     def sdk_params(self) -> dict[str, Any]:
         """Connection parameters for every e2b SDK call.

@@ -180,6 +180,7 @@ class E2BSandbox(Sandbox):
                     timeout=options.lifetime_sec,
                     metadata=metadata,
                     idempotency_key=key,
+                    **options.network_params(),
                     **options.sdk_params(),
                 )
             except Exception as exc:
