@@ -44,6 +44,7 @@ SGLANG_PIN ?= sglang==0.5.23
 SGLANG_PARSER_DEPS := pybase64 triton pillow starlette msgspec pyzmq openai partial_json_parser xgrammar apache-tvm-ffi
 test-sglang: deps
 	$(BIN)/pip install -q --no-deps --target .cache/sglang $(SGLANG_PIN) $(SGLANG_PARSER_DEPS)
+	$(BIN)/pip install -q --target .cache/sglang orjson ipython  # imported by sglang.utils
 	PYTHONPATH=.cache/sglang $(BIN)/python -m pytest -q -m sglang tests/parsers/test_parsers_sglang.py
 
 # Benchmarks print their figures and ratios against a baseline measured in the same run.
