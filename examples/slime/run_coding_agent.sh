@@ -286,8 +286,9 @@ MISC_ARGS=(
   --attention-backend flash
   --colocate
 )
-# Deliberately absent (they break with fan-out, see docs/slime.md): --group-rm,
-# --partial-rollout, --dynamic-sampling-filter-path, --rollout-top-p other than 1.
+# Deliberately absent (they break with fan-out, see docs/slime.md, "Pitfalls"): --group-rm,
+# --partial-rollout, --log-passrate, --rollout-top-p other than 1, and slime's own dynamic
+# filters (--dynamic-sampling-filter-path agentrl.slime.check_reward_nonzero_std works).
 
 cd "${SLIME_DIR}"
 ray job submit --address "http://127.0.0.1:${DASHBOARD_PORT}" \

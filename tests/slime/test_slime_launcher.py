@@ -135,7 +135,12 @@ def test_launcher_starts_every_node_and_submits_agentrl_flags(tmp_path):
     assert _flag(argv, "--router-policy") == "manual"  # the released router's sticky policy
     assert "--use-dynamic-batch-size" in argv and "--colocate" in argv
     assert _flag(argv, "--rollout-top-p") == "1.0"
-    for forbidden in ("--group-rm", "--partial-rollout", "--dynamic-sampling-filter-path"):
+    for forbidden in (
+        "--group-rm",
+        "--partial-rollout",
+        "--dynamic-sampling-filter-path",
+        "--log-passrate",
+    ):
         assert forbidden not in argv
     assert _flag(argv, "--actor-num-nodes") == "3"
     assert _flag(argv, "--rollout-num-gpus") == "24"
