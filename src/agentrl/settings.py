@@ -321,9 +321,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_ROLLOUT_GUARD", "float", f"{_RO} {_SL}", aliases=("SWE_ROLLOUT_GUARD_SEC",),
        default_doc="agent budget + eval timeout + 180", check="non_negative", zero_is_unset=True,
        help="wall-clock cap on a whole rollout (0: derive it)"),
-    _s("AGENTRL_BOOT_RETRIES", "int", f"{_RO} {_SL}", aliases=("SWE_BOOT_RETRIES",), default=2,
-       check="non_negative",
-       help="boot retries after a failed first attempt (then the rollout is an infra failure)"),
+    # slime's example counts boot attempts too: `for attempt in range(CONFIG.boot_retries)`
+    # (examples/coding_agent_rl/generate.py, THUDM/slime 624b824a8).
+    _s("AGENTRL_BOOT_RETRIES", "int", f"{_RO} {_SL}", aliases=("SWE_BOOT_RETRIES",),
+       alias_offset=-1, default=2, check="non_negative",
+       help="boot retries after a failed first attempt (then the rollout is an infra failure; "
+            "SWE_BOOT_RETRIES counts attempts, first one included: its value minus 1)"),
     _s("AGENTRL_MAX_CONTEXT_TOKENS", "int", _RO, default=0,
        help="the rollout's context budget in tokens (0: none)"),
     _s("AGENTRL_MAX_TURNS", "int", f"{_RO} {_SL}",

@@ -119,7 +119,7 @@ def test_config_reads_slime_example_aliases():
     assert config.public_host == "10.0.0.7" and config.port == 19000
     assert config.agent_time_budget == 900 and config.eval_timeout == 300
     assert config.rollout_guard == 900 + 300 + 180  # 0 means "derive", as in slime
-    assert config.boot_concurrency == 4 and config.boot_retries == 5
+    assert config.boot_concurrency == 4 and config.boot_retries == 4  # 5 attempts in slime
     assert config.fork_threshold_tokens == 64
     assert config.prompt == "fix it"
     assert config.harness_kwargs() == {
