@@ -61,6 +61,52 @@ REASONING_PARSER="${REASONING_PARSER-qwen3}"  # set it empty for models without 
 # Qwen3's <|im_end|> and <|endoftext|>.
 STOP_TOKEN_IDS="${STOP_TOKEN_IDS:-151645 151643}"
 
+# ---------------------------------------------------------------- router policy
+# agentrl sends every model call of a rollout with `X-SMG-Routing-Key: <session id>`; a
+# policy that honours the header keeps the rollout on one engine (warm prefix cache).
+# slime's --router-policy takes its choices from the installed sglang-router, so ask it:
+#   consistent_hashing  slime's own image's router (the header, hashed onto the engines)
+#   manual              the released sglang-router 0.3.2 on PyPI, which rejects
+#                       consistent_hashing: sticky per header value (a new key goes to a
+#                       random engine, then stays there)
+#   (neither)           no --router-policy: the router's default, cache_aware, which ignores
+#                       the header and routes by prompt-prefix match (usually the same
+#                       engine for a session's turns, not always; under load imbalance it
+#                       goes to the least-loaded engine and that turn recomputes its prompt)
+# ROUTER_POLICY overrides the choice (empty: pass no --router-policy).
+router_policies() {
+  python3 - <<'PY'
+import re
+import subprocess
+import sys
+
+try:
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang_router.launch_router", "--help"],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+except (OSError, subprocess.SubprocessError):
+    out = ""
+found = re.search(r"--(?:router-)?policy \{([^}]*)\}", out)
+print(" ".join(found.group(1).split(",")) if found else "")
+PY
+}
+if [[ -z "${ROUTER_POLICY+set}" ]]; then
+  ROUTER_POLICY=""
+  ROUTER_CHOICES="$(router_policies)"
+  for policy in consistent_hashing manual; do
+    if [[ " ${ROUTER_CHOICES} " == *" ${policy} "* ]]; then
+      ROUTER_POLICY="${policy}"
+      break
+    fi
+  done
+  if [[ -z "${ROUTER_POLICY}" ]]; then
+    echo "warning: the installed sglang-router offers neither consistent_hashing nor manual" \
+      "(choices: ${ROUTER_CHOICES:-none found}); using its default policy, which ignores" \
+      "X-SMG-Routing-Key (see docs/slime.md, router policy)" >&2
+  fi
+fi
+
 # ---------------------------------------------------------------- lengths and batch
 MAX_CONTEXT_LEN="${MAX_CONTEXT_LEN:-65536}"   # per rollout (whole session), and sample cap
 MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-16384}" # per model call
@@ -222,9 +268,11 @@ SGLANG_ARGS=(
   --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
   --sglang-mem-fraction-static 0.7
   --sglang-tool-call-parser "${TOOL_CALL_PARSER}"
-  # Each rollout's turns go to one engine (session affinity, warm prefix cache).
-  --router-policy consistent_hashing
 )
+if [[ -n "${ROUTER_POLICY}" ]]; then
+  # Each rollout's turns go to one engine (session affinity, warm prefix cache).
+  SGLANG_ARGS+=(--router-policy "${ROUTER_POLICY}")
+fi
 
 if [[ -n "${REASONING_PARSER}" ]]; then
   SGLANG_ARGS+=(--sglang-reasoning-parser "${REASONING_PARSER}")
@@ -238,8 +286,9 @@ MISC_ARGS=(
   --attention-backend flash
   --colocate
 )
-# Deliberately absent (they break with fan-out, see docs/slime.md): --group-rm,
-# --partial-rollout, --dynamic-sampling-filter-path, --rollout-top-p other than 1.
+# Deliberately absent (they break with fan-out, see docs/slime.md, "Pitfalls"): --group-rm,
+# --partial-rollout, --log-passrate, --rollout-top-p other than 1, and slime's own dynamic
+# filters (--dynamic-sampling-filter-path agentrl.slime.check_reward_nonzero_std works).
 
 cd "${SLIME_DIR}"
 ray job submit --address "http://127.0.0.1:${DASHBOARD_PORT}" \

@@ -78,7 +78,9 @@ class Setting:
     ``check`` (``positive`` / ``non_negative``) rejects out-of-range numbers;
     ``zero_is_unset`` makes ``0`` mean "unset" (slime's convention for derived values);
     ``fallback`` names another setting whose value is used while this one is unset;
-    ``default_doc`` describes a default the reader computes itself.
+    ``default_doc`` describes a default the reader computes itself; ``alias_offset`` is
+    added to a number read from an alias (not from ``name``), for an older name that counts
+    differently (slime's RPC retries count attempts, agentrl's count re-sends: ``-1``).
     """
 
     name: str
@@ -93,6 +95,7 @@ class Setting:
     )
     zero_is_unset: bool = False
     fallback: str | None = None
+    alias_offset: int = 0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -107,11 +110,20 @@ class Setting:
             return None
         source, raw = found[0]
         for other, value in found[1:]:
-            if value != raw:
+            if not self._agree(source, raw, other, value):
                 logger.warning(
                     "%s=%r and %s=%r disagree; using %s", source, raw, other, value, source
                 )
         return source, raw
+
+    def _agree(self, source: str, raw: str, other: str, value: str) -> bool:
+        # With an alias_offset the name and an alias agree when they mean the same number.
+        if not self.alias_offset or (source == self.name) == (other == self.name):
+            return value == raw
+        try:
+            return _parse(self, source, raw) == _parse(self, other, value)
+        except SettingsError:
+            return False
 
     def read(self, env: Mapping[str, str] | None = None, default: Value | _Unset = _UNSET) -> Value:
         """The parsed value; while unset, the fallback setting's, else ``default``."""
@@ -136,8 +148,12 @@ def _parse(s: Setting, source: str, raw: str) -> Value:
             raise SettingsError(
                 f"{source}={raw!r} is not {what}; set it to {what} or unset it ({s.help})"
             ) from None
+        shifted = s.alias_offset if source != s.name else 0
+        number += shifted
         if (s.check == "positive" and number <= 0) or (s.check == "non_negative" and number < 0):
             origin = "" if source == s.name else f" (from {source})"
+            if shifted:
+                origin = f" (from {source}, where {raw} means {number:g} here)"
             raise SettingsError(
                 f"{s.name} must be {s.check.replace('_', '-')}, got {raw!r}{origin} ({s.help})"
             )
@@ -255,17 +271,24 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_E2B_TEMPLATE", "str", _E2B,
        help="E2B template for tasks without an image"),
     _s("AGENTRL_E2B_IMAGE_METADATA_KEY", "str", _E2B,
-       aliases=("SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY",),
+       aliases=("SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY", "SWE_SANDBOX_IMAGE_METADATA_KEY"),
        help="creation-metadata key the E2B gateway routes images by (required with an image; "
             "often 'image')"),
-    _s("AGENTRL_E2B_SIZE", "str", _E2B, aliases=("SLIME_AGENT_E2B_SANDBOX_SIZE",),
+    _s("AGENTRL_E2B_SIZE", "str", _E2B,
+       aliases=("SLIME_AGENT_E2B_SANDBOX_SIZE", "SWE_E2B_SANDBOX_SIZE"),
        help="sandbox size, sent next to the image key (a/image -> a/size)"),
-    _s("AGENTRL_E2B_LIFETIME_SEC", "int", _E2B, aliases=("SLIME_AGENT_SANDBOX_LIFETIME_SEC",),
+    _s("AGENTRL_E2B_LIFETIME_SEC", "int", _E2B,
+       aliases=("SLIME_AGENT_SANDBOX_LIFETIME_SEC", "SWE_SANDBOX_LIFETIME_SEC"),
        default=3600, check="positive",
        help="seconds an E2B sandbox lives"),
-    _s("AGENTRL_E2B_RPC_RETRIES", "int", _E2B, aliases=("SLIME_AGENT_SANDBOX_RPC_RETRIES",),
+    # slime's names count attempts: its E2BSandbox._rpc_retry loops
+    # `for attempt in range(self.rpc_retries)` (slime/agent/sandbox.py, THUDM/slime 624b824a8),
+    # so slime's value N is N - 1 re-sends here (its default 6 is our default 5).
+    _s("AGENTRL_E2B_RPC_RETRIES", "int", _E2B,
+       aliases=("SLIME_AGENT_SANDBOX_RPC_RETRIES", "SWE_RPC_RETRIES"), alias_offset=-1,
        default=5, check="non_negative",
-       help="re-sends of an idempotent E2B call after a transient failure"),
+       help="re-sends of an idempotent E2B call after a transient failure (the slime names "
+            "count attempts, first one included: their value minus 1)"),
     _s("AGENTRL_E2B_BACKOFF_BASE_SEC", "float", _E2B, default=1.0, check="non_negative",
        help="first retry backoff ceiling (doubles per attempt, full jitter)"),
     _s("AGENTRL_E2B_BACKOFF_CAP_SEC", "float", _E2B, default=32.0, check="non_negative",
@@ -298,9 +321,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_ROLLOUT_GUARD", "float", f"{_RO} {_SL}", aliases=("SWE_ROLLOUT_GUARD_SEC",),
        default_doc="agent budget + eval timeout + 180", check="non_negative", zero_is_unset=True,
        help="wall-clock cap on a whole rollout (0: derive it)"),
-    _s("AGENTRL_BOOT_RETRIES", "int", f"{_RO} {_SL}", aliases=("SWE_BOOT_RETRIES",), default=2,
-       check="non_negative",
-       help="boot retries after a failed first attempt (then the rollout is an infra failure)"),
+    # slime's example counts boot attempts too: `for attempt in range(CONFIG.boot_retries)`
+    # (examples/coding_agent_rl/generate.py, THUDM/slime 624b824a8).
+    _s("AGENTRL_BOOT_RETRIES", "int", f"{_RO} {_SL}", aliases=("SWE_BOOT_RETRIES",),
+       alias_offset=-1, default=2, check="non_negative",
+       help="boot retries after a failed first attempt (then the rollout is an infra failure; "
+            "SWE_BOOT_RETRIES counts attempts, first one included: its value minus 1)"),
     _s("AGENTRL_MAX_CONTEXT_TOKENS", "int", _RO, default=0,
        help="the rollout's context budget in tokens (0: none)"),
     _s("AGENTRL_MAX_TURNS", "int", f"{_RO} {_SL}",
@@ -337,8 +363,15 @@ SETTINGS: tuple[Setting, ...] = (
             "scripts) are resolved against"),
     _s("AGENTRL_CLI_PATH", "str", _SL,
        help="the agent CLI's executable as the sandbox sees it (skips installing it)"),
-    _s("AGENTRL_CLI_TARBALLS", "list", _SL, aliases=("SLIME_AGENT_CC_TARBALL",), default=(),
-       help="host paths of the CLI's npm tarballs (installed in the sandbox)"),
+    _s("AGENTRL_CLI_TARBALLS", "list", _SL, default=(),
+       help="host paths of the agent CLI's npm tarballs (installed in the sandbox), for "
+            "whichever harness runs; else the harness's own variable below"),
+    _s("AGENTRL_CLAUDE_CODE_TARBALLS", "list", _SL, aliases=("SLIME_AGENT_CC_TARBALL",),
+       default=(),
+       help="Claude Code's npm tarballs, used only by the claude_code harness"),
+    _s("AGENTRL_CODEX_TARBALLS", "list", _SL, aliases=("SLIME_AGENT_CODEX_TARBALL",),
+       default=(),
+       help="Codex's npm tarballs, used only by the codex harness"),
     _s("AGENTRL_NODE_TARBALL", "str", _SL, aliases=("SLIME_AGENT_NODE_TARBALL",),
        help="host path of a Node.js linux-x64 tarball, for sandboxes without node"),
     _s("AGENTRL_MODEL", "str", _SL,

@@ -717,6 +717,68 @@ def test_options_come_from_agentrl_then_slime_environment():
         E2BOptions.resolve({}, lifetime=3)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "option", "expected"),
+    [
+        ("SWE_SANDBOX_IMAGE_METADATA_KEY", "gw/image", "image_metadata_key", "gw/image"),
+        ("SWE_SANDBOX_LIFETIME_SEC", "900", "lifetime_sec", 900),
+        ("SWE_E2B_SANDBOX_SIZE", "lg", "size", "lg"),
+        ("SWE_RPC_RETRIES", "4", "rpc_retries", 3),
+        ("SLIME_AGENT_SANDBOX_RPC_RETRIES", "4", "rpc_retries", 3),
+        ("AGENTRL_E2B_RPC_RETRIES", "4", "rpc_retries", 4),
+    ],
+)
+def test_slime_legacy_swe_names_set_the_options(variable, value, option, expected):
+    """Each of slime's E2B names (the SWE_* legacy ones included) sets its option alone;
+    slime's RPC retry names count attempts, so their N is N - 1 re-sends here."""
+    assert getattr(E2BOptions.resolve({variable: value}), option) == expected
+
+
+def test_slime_names_take_precedence_in_slime_s_order():
+    """AGENTRL_E2B_* beats SLIME_AGENT_*, which beats the legacy SWE_* name (slime's order)."""
+    env = {
+        "SWE_SANDBOX_IMAGE_METADATA_KEY": "old",
+        "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY": "new",
+        "SWE_E2B_SANDBOX_SIZE": "sm",
+        "SLIME_AGENT_E2B_SANDBOX_SIZE": "xl",
+    }
+    options = E2BOptions.resolve(env)
+    assert (options.image_metadata_key, options.size) == ("new", "xl")
+    env["AGENTRL_E2B_SIZE"] = "md"
+    assert E2BOptions.resolve(env).size == "md"
+
+
+def test_rpc_retries_from_slime_names_are_a_clear_error_below_one_attempt():
+    """slime's value 0 would make no request at all (slime itself crashes on it): it is
+    rejected naming the variable and what it means here, while agentrl's 0 is one attempt."""
+    with pytest.raises(SandboxError, match=r"got '0' \(from SWE_RPC_RETRIES, where 0 means -1"):
+        E2BOptions.resolve({"SWE_RPC_RETRIES": "0"})
+    assert E2BOptions.resolve({"SWE_RPC_RETRIES": "1"}).retry_policy.attempts == 1
+    assert E2BOptions.resolve({"AGENTRL_E2B_RPC_RETRIES": "0"}).retry_policy.attempts == 1
+
+
+def test_same_retry_count_under_agentrl_and_slime_names_does_not_warn(caplog):
+    """AGENTRL_E2B_RPC_RETRIES=5 and SWE_RPC_RETRIES=6 mean the same six requests: no
+    disagreement is logged; 5 and 5 do disagree (six requests against five) and are logged."""
+    with caplog.at_level(logging.WARNING, logger="agentrl.settings"):
+        E2BOptions.resolve({"AGENTRL_E2B_RPC_RETRIES": "5", "SWE_RPC_RETRIES": "6"})
+    assert "disagree" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="agentrl.settings"):
+        E2BOptions.resolve({"AGENTRL_E2B_RPC_RETRIES": "5", "SWE_RPC_RETRIES": "5"})
+    assert "disagree" in caplog.text
+
+
+async def test_slime_rpc_retries_value_makes_as_many_requests_as_in_slime(server, make_sandbox):
+    """slime's SWE_RPC_RETRIES=3 makes three requests in all against a persistent 503, as
+    slime's own `for attempt in range(rpc_retries)` loop does."""
+    retries = E2BOptions.resolve({"SWE_RPC_RETRIES": "3"}).rpc_retries
+    async with make_sandbox(rpc_retries=retries) as sandbox:
+        server.inject("files.write", "status", status=503, times=10)
+        with pytest.raises(SandboxError, match="after 3 attempts"):
+            await sandbox.write_file("x.txt", "x")
+    assert len(server.calls_to("files.write")) == 3
+
+
 def test_environment_is_read_when_constructed_not_at_import(monkeypatch, server):
     """A variable set after import is honoured by the next sandbox built."""
     monkeypatch.setenv("AGENTRL_E2B_IMAGE_METADATA_KEY", "late/image")

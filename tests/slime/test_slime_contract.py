@@ -601,6 +601,37 @@ async def test_codex_rollout_passes_slime_checks(
     checks.train_pipeline(args, [[out]], post_process=slime_mod.reward_post_process)
 
 
+async def test_codex_configured_from_slime_s_launcher_gets_the_codex_tarball(
+    slime_env, monkeypatch, tmp_path, qwen_tokenizer_dir
+):
+    """slime's launcher exports SLIME_AGENT_CC_TARBALL whatever SWE_AGENT says; with
+    SWE_AGENT=codex and both tarballs exported, the service's Codex harness installs the
+    Codex tarball and never Claude Code's."""
+    import agentrl.slime.service as service_mod
+
+    cc, codex, node = (tmp_path / n for n in ("cc.tgz", "codex.tgz", "node.tar.xz"))
+    for path in (cc, codex, node):
+        path.write_bytes(b"")
+    monkeypatch.delenv("AGENTRL_HARNESS")
+    monkeypatch.delenv("AGENTRL_CLI_PATH")
+    monkeypatch.setenv("SWE_AGENT", "codex")
+    monkeypatch.setenv("SLIME_AGENT_CC_TARBALL", str(cc))
+    monkeypatch.setenv("SLIME_AGENT_CODEX_TARBALL", str(codex))
+    monkeypatch.setenv("SLIME_AGENT_NODE_TARBALL", str(node))
+    engine = ScriptedEngine()
+    await engine.start()
+    try:
+        args = _args(engine, qwen_tokenizer_dir)
+        (p,) = await slime_mod.generate(args, Sample(index=0, metadata={}), SAMPLING)
+        assert p.metadata["abort_reason"] == "invalid_task"
+        harness = service_mod._service.stack.harness
+        assert isinstance(harness, CodexHarness)
+        assert harness.tarballs == (str(codex),)
+        assert harness.node_tarball == str(node)
+    finally:
+        await engine.close()
+
+
 async def test_network_mode_serves_tcp_and_tells_sandboxes_the_public_host(
     slime_env, monkeypatch, qwen_tokenizer_dir
 ):

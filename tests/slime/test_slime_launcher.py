@@ -18,6 +18,25 @@ import pytest
 LAUNCHER = (
     pathlib.Path(__file__).resolve().parents[2] / "examples" / "slime" / "run_coding_agent.sh"
 )
+#: `python -m sglang_router.launch_router --help` of the released sglang-router 0.3.2 (PyPI),
+#: whose --policy choices lack consistent_hashing.
+ROUTER_0_3_2_HELP = (
+    pathlib.Path(__file__).resolve().parents[1]
+    / "data"
+    / "sglang_router_0.3.2_launch_router_help.txt"
+)
+RELEASED_HELP = ROUTER_0_3_2_HELP.read_text()
+#: The same help from a router that has consistent_hashing (slime's own image).
+WITH_CONSISTENT_HASHING = RELEASED_HELP.replace(
+    "power_of_two,manual}", "power_of_two,consistent_hashing,manual}"
+)
+#: A stand-in ``sglang_router`` package whose launch_router prints a captured --help.
+ROUTER_STUB = """import sys
+if "--help" in sys.argv:
+    sys.stdout.write(open({help!r}).read())
+    sys.exit(0)
+sys.exit("the stub router only answers --help")
+"""
 
 RECORDER = """#!/bin/sh
 if [ "$1" = status ]; then printf 'Active:\\n 1 node_a\\n 1 node_b\\n 1 node_c\\n'; exit 0; fi
@@ -25,9 +44,34 @@ if [ "$1" = status ]; then printf 'Active:\\n 1 node_a\\n 1 node_b\\n 1 node_c\\
 """
 
 
-def _run(tmp_path: pathlib.Path, **env: str) -> list[list[str]]:
+def _router_stub(tmp_path: pathlib.Path, help_text: str | None) -> str:
+    """A PYTHONPATH entry holding a stub ``sglang_router`` answering ``--help`` with
+    ``help_text`` (None: no router installed)."""
+    lib = tmp_path / "pylib"
+    package = lib / "sglang_router"
+    package.mkdir(parents=True)
+    if help_text is None:
+        package.rmdir()
+        return str(lib)
+    (package / "__init__.py").write_text("")
+    (lib / "help.txt").write_text(help_text)
+    (package / "launch_router.py").write_text(ROUTER_STUB.format(help=str(lib / "help.txt")))
+    return str(lib)
+
+
+def _run(
+    tmp_path: pathlib.Path, router_help: str | None = RELEASED_HELP, **env: str
+) -> list[list[str]]:
+    return _run_full(tmp_path, router_help, **env)[0]
+
+
+def _run_full(
+    tmp_path: pathlib.Path, router_help: str | None = RELEASED_HELP, **env: str
+) -> tuple[list[list[str]], str]:
+    """Run the launcher; ``router_help`` is the installed router's --help (default: 0.3.2's;
+    None: no router installed); returns the recorded calls and the launcher's stderr."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     log = tmp_path / "calls.jsonl"
     for name in ("ray", "ssh"):
         tool = bin_dir / name
@@ -49,6 +93,9 @@ def _run(tmp_path: pathlib.Path, **env: str) -> list[list[str]]:
         "MASTER_ADDR": "10.0.0.1",
         "RUN_ROOT": str(tmp_path / "run"),
         "RAY_WAIT_SEC": "10",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (_router_stub(tmp_path, router_help), os.environ.get("PYTHONPATH")) if p
+        ),
         **env,
     }
     # The launcher's own `python3` must be the one agentrl is installed in. A symlink to a
@@ -56,10 +103,11 @@ def _run(tmp_path: pathlib.Path, **env: str) -> list[list[str]]:
     python3 = bin_dir / "python3"
     python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python3.chmod(0o755)
-    subprocess.run(
+    done = subprocess.run(
         ["bash", str(LAUNCHER)], env=full_env, check=True, capture_output=True, timeout=120
     )
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return calls, done.stderr.decode()
 
 
 def _submit(calls: list[list[str]]) -> tuple[dict[str, str], list[str]]:
@@ -84,10 +132,15 @@ def test_launcher_starts_every_node_and_submits_agentrl_flags(tmp_path):
     assert argv[:3] == ["python3", "-u", "train.py"]
     assert _flag(argv, "--custom-generate-function-path") == "agentrl.slime.generate"
     assert _flag(argv, "--custom-reward-post-process-path") == "agentrl.slime.reward_post_process"
-    assert _flag(argv, "--router-policy") == "consistent_hashing"
+    assert _flag(argv, "--router-policy") == "manual"  # the released router's sticky policy
     assert "--use-dynamic-batch-size" in argv and "--colocate" in argv
     assert _flag(argv, "--rollout-top-p") == "1.0"
-    for forbidden in ("--group-rm", "--partial-rollout", "--dynamic-sampling-filter-path"):
+    for forbidden in (
+        "--group-rm",
+        "--partial-rollout",
+        "--dynamic-sampling-filter-path",
+        "--log-passrate",
+    ):
         assert forbidden not in argv
     assert _flag(argv, "--actor-num-nodes") == "3"
     assert _flag(argv, "--rollout-num-gpus") == "24"
@@ -123,3 +176,53 @@ def test_launcher_honours_slime_example_names(tmp_path):
     assert "AGENTRL_CLAUDE_CODE_EXTRA_ARGS" not in env
     assert "--sglang-reasoning-parser" not in argv
     assert _flag(argv, "--sglang-tool-call-parser") == "qwen3_coder"
+
+
+def _policy_choices(help_text: str) -> list[str]:
+    """The --policy choices argparse printed, as slime's --router-policy would take them."""
+    line = next(x for x in help_text.splitlines() if x.strip().startswith("--policy {"))
+    return line.split("{", 1)[1].split("}", 1)[0].split(",")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bash launcher")
+@pytest.mark.parametrize(
+    ("router_help", "expected"),
+    [
+        (RELEASED_HELP, "manual"),  # sglang-router 0.3.2 from PyPI
+        (WITH_CONSISTENT_HASHING, "consistent_hashing"),  # slime's image
+    ],
+)
+def test_launcher_picks_a_router_policy_the_installed_router_accepts(
+    tmp_path, router_help, expected
+):
+    """The launcher asks the installed sglang-router for its --policy choices and passes a
+    policy it accepts that honours X-SMG-Routing-Key: consistent_hashing where it exists,
+    else manual (the released 0.3.2 offers manual but rejects consistent_hashing)."""
+    released = _policy_choices(RELEASED_HELP)
+    assert "consistent_hashing" not in released and "manual" in released
+    _, argv = _submit(_run(tmp_path, router_help))
+    policy = _flag(argv, "--router-policy")
+    assert policy == expected
+    assert policy in _policy_choices(router_help)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bash launcher")
+def test_launcher_without_a_sticky_policy_passes_none_and_warns(tmp_path):
+    """A router offering neither sticky policy (or none importable) gets no --router-policy
+    (its default, cache_aware) and a warning pointing at the docs."""
+    only_defaults = RELEASED_HELP.replace(",manual}", "}")
+    calls, stderr = _run_full(tmp_path, only_defaults)
+    assert "--router-policy" not in _submit(calls)[1]
+    assert "neither consistent_hashing nor manual" in stderr and "docs/slime.md" in stderr
+    calls, stderr = _run_full(tmp_path / "none", None)
+    assert "--router-policy" not in _submit(calls)[1]
+    assert "none found" in stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bash launcher")
+def test_router_policy_variable_overrides_the_detection(tmp_path):
+    """ROUTER_POLICY=cache_aware is passed as is; an empty ROUTER_POLICY passes no flag."""
+    _, argv = _submit(_run(tmp_path, ROUTER_POLICY="cache_aware"))
+    assert _flag(argv, "--router-policy") == "cache_aware"
+    _, argv = _submit(_run(tmp_path / "empty", ROUTER_POLICY=""))
+    assert "--router-policy" not in argv

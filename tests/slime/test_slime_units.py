@@ -110,6 +110,7 @@ def test_config_reads_slime_example_aliases():
         "SLIME_FORK_MERGE_MAX_RESPONSE_TOKENS": "64",
         "SWE_CC_PROMPT": "fix it",
         "SLIME_AGENT_CC_TARBALL": "/t/cc.tgz",
+        "SLIME_AGENT_CODEX_TARBALL": "/t/codex.tgz",
         "SLIME_AGENT_NODE_TARBALL": "/t/node.tar.xz",
     }
     config = SlimeConfig.from_env(env)
@@ -118,13 +119,46 @@ def test_config_reads_slime_example_aliases():
     assert config.public_host == "10.0.0.7" and config.port == 19000
     assert config.agent_time_budget == 900 and config.eval_timeout == 300
     assert config.rollout_guard == 900 + 300 + 180  # 0 means "derive", as in slime
-    assert config.boot_concurrency == 4 and config.boot_retries == 5
+    assert config.boot_concurrency == 4 and config.boot_retries == 4  # 5 attempts in slime
     assert config.fork_threshold_tokens == 64
     assert config.prompt == "fix it"
     assert config.harness_kwargs() == {
-        "tarballs": ("/t/cc.tgz",),
+        "tarballs": ("/t/codex.tgz",),
         "node_tarball": "/t/node.tar.xz",
     }
+
+
+@pytest.mark.parametrize(
+    ("env", "tarballs"),
+    [
+        # slime's launcher exports the Claude Code tarball whatever SWE_AGENT says.
+        ({"SWE_AGENT": "codex", "SLIME_AGENT_CC_TARBALL": "/t/cc.tgz"}, ()),
+        ({"SWE_AGENT": "claude_code", "SLIME_AGENT_CODEX_TARBALL": "/t/codex.tgz"}, ()),
+        (
+            {"SLIME_AGENT_CC_TARBALL": "/t/cc.tgz", "SLIME_AGENT_CODEX_TARBALL": "/t/x"},
+            ("/t/cc.tgz",),
+        ),
+        (
+            {"SWE_AGENT": "codex", "AGENTRL_CODEX_TARBALLS": "/t/a.tgz,/t/b.tgz"},
+            ("/t/a.tgz", "/t/b.tgz"),
+        ),
+        ({"AGENTRL_CLAUDE_CODE_TARBALLS": "/t/c.tgz"}, ("/t/c.tgz",)),
+        # The generic name is for whichever harness runs, and beats the harness's own.
+        (
+            {
+                "SWE_AGENT": "codex",
+                "AGENTRL_CLI_TARBALLS": "/t/g.tgz",
+                "SLIME_AGENT_CODEX_TARBALL": "/t/x",
+            },
+            ("/t/g.tgz",),
+        ),
+        ({"AGENTRL_HARNESS": "my_plugin", "SLIME_AGENT_CC_TARBALL": "/t/cc.tgz"}, ()),
+    ],
+)
+def test_each_harness_takes_only_its_own_tarball(env, tarballs):
+    """SLIME_AGENT_CC_TARBALL reaches only claude_code, SLIME_AGENT_CODEX_TARBALL only codex;
+    AGENTRL_CLI_TARBALLS reaches any harness (a plugin's included)."""
+    assert SlimeConfig.from_env(env).cli_tarballs == tarballs
 
 
 def test_config_agentrl_names_win_over_aliases(caplog):

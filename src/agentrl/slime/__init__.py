@@ -1,9 +1,10 @@
-"""slime integration: a custom generate function and a fan-out-aware reward post-process.
+"""slime integration: a custom generate function and fan-out-aware reward helpers.
 
 Point slime at them with::
 
     --custom-generate-function-path agentrl.slime.generate
     --custom-reward-post-process-path agentrl.slime.reward_post_process
+    --dynamic-sampling-filter-path agentrl.slime.check_reward_nonzero_std   # optional
 
 ``generate`` runs one coding-agent rollout (sandbox, agent CLI, grading) per slime sample
 and returns one slime ``Sample`` per trajectory chain, all sharing ``rollout_id``. The
@@ -24,7 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrl.slime.config import ENV_VARS, SlimeConfig, SlimeConfigError
-from agentrl.slime.rewards import normalize_rewards
+from agentrl.slime.rewards import (
+    check_reward_nonzero_std,
+    check_reward_nonzero_std_with_fallback,
+    normalize_rewards,
+)
 from agentrl.slime.samples import (
     abort_placeholder,
     eval_placeholder,
@@ -40,6 +45,8 @@ __all__ = [
     "ENV_VARS",
     "SlimeConfig",
     "SlimeConfigError",
+    "check_reward_nonzero_std",
+    "check_reward_nonzero_std_with_fallback",
     "generate",
     "reward_post_process",
     "shutdown_service",

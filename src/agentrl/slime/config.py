@@ -18,7 +18,7 @@ import attrs
 
 from agentrl import settings
 
-__all__ = ["ENV_VARS", "SlimeConfig", "SlimeConfigError"]
+__all__ = ["ENV_VARS", "HARNESS_TARBALL_SETTINGS", "SlimeConfig", "SlimeConfigError"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,18 @@ _FIELD_SETTINGS: dict[str, str] = {
     "drain_timeout": "AGENTRL_ABORT_DRAIN_SEC",
 }
 
+#: harness -> the setting holding that harness's own CLI tarballs, read while
+#: ``AGENTRL_CLI_TARBALLS`` is unset. slime's launcher exports ``SLIME_AGENT_CC_TARBALL``
+#: whatever ``SWE_AGENT`` says, so each harness takes only its own variable.
+HARNESS_TARBALL_SETTINGS: dict[str, str] = {
+    "claude_code": "AGENTRL_CLAUDE_CODE_TARBALLS",
+    "codex": "AGENTRL_CODEX_TARBALLS",
+}
+
 #: Every environment variable the integration reads (``.name``, ``.aliases``, ``.help``).
 ENV_VARS: tuple[settings.Setting, ...] = tuple(
-    settings.setting(name) for name in _FIELD_SETTINGS.values()
+    settings.setting(name)
+    for name in (*_FIELD_SETTINGS.values(), *HARNESS_TARBALL_SETTINGS.values())
 )
 
 
@@ -89,6 +98,13 @@ def _zero_is_none(value: float | None) -> float | None:
 
 def _env_name(field: str) -> str:
     return _FIELD_SETTINGS[field]
+
+
+def _read(name: str, environ: Mapping[str, str] | None) -> settings.Value:
+    try:
+        return settings.get(name, environ, default=None)
+    except settings.SettingsError as exc:
+        raise SlimeConfigError(str(exc)) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -138,16 +154,20 @@ class SlimeConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SlimeConfig:
-        """Read every knob from ``environ`` (default ``os.environ``); aliases are accepted."""
+        """Read every knob from ``environ`` (default ``os.environ``); aliases are accepted.
+
+        The CLI tarballs are ``AGENTRL_CLI_TARBALLS``, else the chosen harness's own
+        variable (``HARNESS_TARBALL_SETTINGS``): Codex never gets Claude Code's tarball.
+        """
         values: dict[str, Any] = {}
         for field, name in _FIELD_SETTINGS.items():
-            try:
-                value = settings.get(name, environ, default=None)
-            except settings.SettingsError as exc:
-                raise SlimeConfigError(str(exc)) from None
+            value = _read(name, environ)
             if value is not None:
                 # The one path field is kept as text, as slime's launcher passes it.
                 values[field] = str(value) if isinstance(value, pathlib.Path) else value
+        own = HARNESS_TARBALL_SETTINGS.get(values.get("harness", "claude_code"))
+        if not values.get("cli_tarballs") and own is not None:
+            values["cli_tarballs"] = _read(own, environ) or ()
         return cls(**values)
 
     def validate(self) -> None:

@@ -8,16 +8,28 @@ rollout that fanned out into K chains counts once, like in the loss. Aborted
 placeholders (infra failures, slime aborts) are left out of the statistics, so a broken
 sandbox never shifts its siblings' advantages; their own normalised reward is 0.0.
 
+``check_reward_nonzero_std`` (and ``..._with_fallback``) is slime's dynamic sampling filter
+of the same name for fan-out groups: slime's reads ``sample.reward`` on each group entry,
+which is a list of samples once ``generate`` fans out.
+
 Pure Python on purpose: importing it pulls in neither torch nor slime.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GRPO_FAMILY", "normalize_rewards"]
+__all__ = [
+    "GRPO_FAMILY",
+    "FilterOutput",
+    "check_reward_nonzero_std",
+    "check_reward_nonzero_std_with_fallback",
+    "normalize_rewards",
+    "rollout_rewards",
+]
 
 #: Estimators slime centres per group (and, for the first three, divides by the std).
 GRPO_FAMILY = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
@@ -102,3 +114,62 @@ def normalize_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], l
                 centred = raw[p] - mean
                 out[p] = centred / (std + _EPS) if use_std else centred
     return raw, out
+
+
+@dataclasses.dataclass
+class FilterOutput:
+    """slime's ``DynamicFilterOutput`` fields, for when slime is not importable (tests)."""
+
+    keep: bool
+    reason: str | None = None
+    keep_when_insufficient: bool = False
+
+
+def _filter_output(keep: bool, reason: str | None) -> Any:
+    try:
+        from slime.rollout.filter_hub.base_types import DynamicFilterOutput
+    except ImportError:
+        return FilterOutput(keep=keep, reason=reason)
+    return DynamicFilterOutput(keep=keep, reason=reason)
+
+
+def rollout_rewards(args: Any, group: Sequence[Any]) -> list[float]:
+    """One reward per rollout of a slime group (its ``n_samples_per_prompt`` entries).
+
+    An entry is a ``Sample`` or the list of samples one ``generate`` call returned (fan-out);
+    a rollout's reward is the mean over its samples (agentrl gives them all the same one).
+    Aborted placeholders are left out, as ``normalize_rewards`` leaves them out of the
+    group statistics.
+    """
+    rewards = []
+    for entry in group:
+        samples = entry if isinstance(entry, list) else [entry]
+        kept = [s for s in samples if not _is_placeholder(s)]
+        if kept:
+            rewards.append(sum(_raw_reward(args, s) for s in kept) / len(kept))
+    return rewards
+
+
+def check_reward_nonzero_std(args: Any, samples: Sequence[Any], **kwargs: Any) -> Any:
+    """slime's ``check_reward_nonzero_std`` for fan-out groups: keep a group whose rollouts'
+    rewards (``rollout_rewards``) differ, so its GRPO advantages are not all zero.
+
+    A group with fewer than two graded rollouts is dropped (its advantages are zero, as in
+    slime, where the std of one value is NaN). Returns slime's ``DynamicFilterOutput``
+    (reason ``zero_std_<reward>``, as slime's), or ``FilterOutput`` without slime. Use with
+    ``--dynamic-sampling-filter-path agentrl.slime.check_reward_nonzero_std``.
+    """
+    rewards = rollout_rewards(args, samples)
+    keep = len(rewards) >= 2 and _sample_std(rewards) > _EPS
+    reason = None
+    if not keep:
+        reason = f"zero_std_{round(rewards[0], 1)}" if rewards else "zero_std_no_graded_rollout"
+    return _filter_output(keep, reason)
+
+
+def check_reward_nonzero_std_with_fallback(args: Any, samples: Sequence[Any], **kwargs: Any) -> Any:
+    """``check_reward_nonzero_std`` that keeps a rejected group when dropping it would leave
+    too few groups to fill the batch (slime's ``..._with_fallback``)."""
+    output = check_reward_nonzero_std(args, samples, **kwargs)
+    output.keep_when_insufficient = True
+    return output

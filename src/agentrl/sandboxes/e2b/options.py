@@ -56,7 +56,9 @@ class E2BOptions:
     """Everything the ``e2b`` backend needs besides the image.
 
     ``rpc_retries`` counts re-sends after the first attempt (a transient failure on an
-    idempotent call is tried ``rpc_retries + 1`` times in all). ``run_id`` labels every
+    idempotent call is tried ``rpc_retries + 1`` times in all); slime's names for it
+    (``SLIME_AGENT_SANDBOX_RPC_RETRIES``, ``SWE_RPC_RETRIES``) count attempts, so a value
+    read from them is lowered by one (``agentrl.settings``, ``alias_offset``). ``run_id`` labels every
     sandbox this run creates (default: this process's id, ``sweep.process_run_id()``);
     ``owner`` names the deployment (default: this host's name) and ``sweep_stale`` kills,
     before the first creation, what an earlier run of it left (see ``sweep``).
