@@ -8,6 +8,9 @@ the suite keeps its shorter names for them here.
 from __future__ import annotations
 
 import pytest
+import sglang_standin
+
+from agentrl.parsers import sglang as sglang_family
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +52,20 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture
+def no_sglang():
+    """For tests that describe the CI environment: SGLang's parser modules do not import
+    (it fails, rather than skips, where they do)."""
+    if sglang_family.sglang_parser_modules() is not None:
+        pytest.fail("this test needs an environment without SGLang's parser modules")
+
+
+@pytest.fixture
+def standin_sglang(tmp_path, monkeypatch):
+    """SGLang's parser-module layout (a stand-in, see tests/support/sglang_standin.py) first
+    on sys.path."""
+    sglang_standin.install(tmp_path / "site", monkeypatch)
+    yield
+    sglang_standin.unload()

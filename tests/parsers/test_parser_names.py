@@ -38,21 +38,6 @@ PROVEN = {
 }
 
 
-@pytest.fixture
-def no_sglang():
-    """Skip-proof guard: these tests describe the environment without SGLang."""
-    if sglang_family.sglang_parser_modules() is not None:
-        pytest.fail("this test needs an environment without SGLang's parser modules")
-
-
-@pytest.fixture
-def standin_sglang(tmp_path, monkeypatch):
-    """SGLang's parser-module layout (a stand-in, see sglang_standin) first on sys.path."""
-    sglang_standin.install(tmp_path / "site", monkeypatch)
-    yield
-    sglang_standin.unload()
-
-
 def _get(kind, name):
     getter = plugins.get_tool_parser if kind == "tool_parser" else plugins.get_reasoning_parser
     return getter(name)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import types
 
 import pytest
-import sglang_standin
 
 from agentrl.parsers import sglang as sglang_family
 from agentrl.parsers.hermes import HermesToolCallParser
@@ -29,21 +28,6 @@ def _settings(tool=None, reasoning=None):
         sglang_reasoning_parser=reasoning,
     )
     return ServiceSettings.from_args(args, SlimeConfig.from_env({}))
-
-
-@pytest.fixture
-def no_sglang():
-    """These tests describe the CI environment: SGLang's parser modules do not import."""
-    if sglang_family.sglang_parser_modules() is not None:
-        pytest.fail("this test needs an environment without SGLang's parser modules")
-
-
-@pytest.fixture
-def standin_sglang(tmp_path, monkeypatch):
-    """SGLang's parser-module layout (a stand-in, see sglang_standin) first on sys.path."""
-    sglang_standin.install(tmp_path / "site", monkeypatch)
-    yield
-    sglang_standin.unload()
 
 
 @pytest.mark.parametrize(
