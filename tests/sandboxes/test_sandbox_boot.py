@@ -4,6 +4,7 @@ agent's and the grader's boots."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -20,7 +21,10 @@ FAST = RetryPolicy(attempts=3, base=0.001, cap=0.002)
 class Starts:
     """Counts the sandboxes starting at once, and how many starts and closes there were."""
 
-    def __init__(self) -> None:
+    def __init__(self, until: int = 0) -> None:
+        #: Each start waits (up to 5 s) until this many were active at once.
+        self.until = until
+        self.all_in = asyncio.Event()
         self.active = self.peak = self.started = self.closed = 0
         self.built: list[CountingSandbox] = []
         self.entered = asyncio.Event()
@@ -48,6 +52,10 @@ class CountingSandbox(Sandbox):
         try:
             for _ in range(5):  # let every other boot that can start now do so
                 await asyncio.sleep(0)
+            if starts.peak >= starts.until:
+                starts.all_in.set()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(starts.all_in.wait(), 5)
             if self.hang:
                 await asyncio.Event().wait()
             if self.failure is not None:
@@ -192,8 +200,10 @@ async def test_agent_and_grading_boots_share_the_boot_semaphore():
 
 
 async def test_without_a_shared_semaphore_the_boots_overlap():
-    """The same twelve boots unbounded start together (what the semaphore prevents)."""
-    starts = Starts()
+    """The same twelve boots unbounded start together (what the semaphore prevents): each
+    waits, up to 5 s, for all twelve to be starting (a grading boot reaches its start a few
+    steps later, in real time, on a loaded machine)."""
+    starts = Starts(until=12)
     booter = Booter(policy=FAST)
     factory = factory_of(starts)
     await asyncio.gather(
