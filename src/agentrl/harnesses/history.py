@@ -29,10 +29,13 @@ __all__ = ["scrub_history"]
 
 logger = logging.getLogger(__name__)
 
-#: Git as root in a repository the image or the task made: no hooks, no fsmonitor, no
-#: automatic gc or maintenance, no new reflog entries, replace refs ignored.
+#: Git as root in a repository the agent or the task made: any directory, and none of its
+#: hooks or fsmonitor command ever runs (the diff capture uses it too).
+ROOT_GIT = "git -c safe.directory='*' -c core.fsmonitor=false -c core.hooksPath=/dev/null"
+#: ``ROOT_GIT`` with no automatic gc or maintenance, no new reflog entries, replace refs
+#: ignored.
 _GIT = (
-    "git -c safe.directory='*' -c core.fsmonitor=false -c core.hooksPath=/dev/null "
+    f"{ROOT_GIT} "
     "-c gc.auto=0 -c maintenance.auto=false -c core.logAllRefUpdates=false "
     "-c core.splitIndex=false -c repack.writeBitmaps=false"
 )

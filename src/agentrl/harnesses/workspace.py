@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 
 from agentrl.harnesses.base import HarnessError, give_to_user
-from agentrl.harnesses.history import scrub_history
+from agentrl.harnesses.history import ROOT_GIT, scrub_history
 from agentrl.sandboxes.base import Sandbox, max_output_bytes
 from agentrl.types import Task
 
@@ -26,10 +26,7 @@ logger = logging.getLogger(__name__)
 BASELINE_REF = "refs/agentrl/baseline"
 _STATE = "/tmp/agentrl-workspace"
 #: Git as root in a workspace the agent controlled: its hooks and fsmonitor never run.
-_GIT = (
-    "git -c safe.directory='*' -c core.autocrlf=false -c core.quotepath=false "
-    "-c core.fsmonitor=false -c core.hooksPath=/dev/null"
-)
+_GIT = f"{ROOT_GIT} -c core.autocrlf=false -c core.quotepath=false"
 
 
 def _git_env() -> dict[str, str]:
