@@ -77,9 +77,10 @@ class Mounts:
         return text
 
 
-def prepare_mounts(options: LocalOptions, state: pathlib.Path) -> Mounts:
+def prepare_mounts(options: LocalOptions, state: pathlib.Path, ro_binds: dict[str, str]) -> Mounts:
     """Extract or find the image, write the masking file and accounts, plan the workspace
-    and output areas, and (on a root host) stage what an unprivileged uid cannot reach."""
+    and output areas, and (on a root host) stage what an unprivileged uid cannot reach
+    (``ro_binds``: the sandbox's read-only binds, ``host_python``'s included)."""
     ids = launcher.host_ids(options.host_uid, options.agent_uid)
     image_root = fs.prepare_image(options.image)
     mask = state / "masked"
@@ -103,7 +104,7 @@ def prepare_mounts(options: LocalOptions, state: pathlib.Path) -> Mounts:
     staged: dict[str, str] = {}
     if ids is not None:
         sources = [str(state)] + ([str(image_root)] if image_root is not None else [])
-        sources += [*options.ro_binds_sources(), *(str(s) for s in options.services.values())]
+        sources += [*ro_binds.values(), *(str(s) for s in options.services.values())]
         stage = launcher.stage_base() / state.name
         stage.mkdir(mode=0o711)
         for i, source in enumerate(dict.fromkeys(sources)):

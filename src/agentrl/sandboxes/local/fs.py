@@ -16,7 +16,7 @@ from typing import Any
 
 from agentrl import settings
 from agentrl.sandboxes.base import SandboxError
-from agentrl.sandboxes.local.launcher import WORKSPACE_INODES, Workspace
+from agentrl.sandboxes.local.launcher import WORKSPACE_INODES, Workspace, private_mount_namespace
 from agentrl.sandboxes.local.proc import DEFAULT_PATH
 
 logger = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ def overlay_supported(scratch: pathlib.Path, *, metacopy: bool = False) -> bool:
             '"$1/merged" && echo y >> "$1/merged/f"'
         )
         proc = subprocess.run(
-            [*overlay_wrapper(), "sh", "-c", script, "sh", str(probe)],
+            [*private_mount_namespace(), "sh", "-c", script, "sh", str(probe)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -277,14 +277,6 @@ def overlay_supported(scratch: pathlib.Path, *, metacopy: bool = False) -> bool:
         shutil.rmtree(probe, ignore_errors=True)
     _overlay_support[key] = ok
     return ok
-
-
-def overlay_wrapper() -> list[str]:
-    """The command prefix that gives a process its own mount namespace."""
-    prefix = ["unshare", "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
-        prefix[1:1] = ["--user", "--map-root-user"]
-    return [*prefix, "--"]
 
 
 def plan_workspace(

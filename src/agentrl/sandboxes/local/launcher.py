@@ -44,6 +44,7 @@ __all__ = [
     "grant_socket",
     "host_ids",
     "launcher_argv",
+    "private_mount_namespace",
     "stage_base",
 ]
 
@@ -186,6 +187,15 @@ def _mount_script(
     return "\n".join(lines)
 
 
+def private_mount_namespace() -> list[str]:
+    """The command prefix that gives a process a mount namespace of its own (and, on a host
+    that is not root, a user namespace in which it may mount)."""
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        prefix[1:1] = ["--user", "--map-root-user"]
+    return [*prefix, "--"]
+
+
 def launcher_argv(
     bwrap_argv: list[str],
     *,
@@ -198,9 +208,6 @@ def launcher_argv(
     staged: dict[str, str],
 ) -> list[str]:
     """The whole command line that ends in ``bwrap_argv`` (see the module docstring)."""
-    namespace = ["unshare", "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
-        namespace[1:1] = ["--user", "--map-root-user"]
     drop: list[str] = []
     if ids:
         drop = ["setpriv", f"--reuid={ids.uid}", f"--regid={ids.gid}", "--clear-groups", "--"]
@@ -215,8 +222,7 @@ def launcher_argv(
         "sh",
         *cgroup_procs,
         "--",
-        *namespace,
-        "--",
+        *private_mount_namespace(),
         "sh",
         "-c",
         mounts,

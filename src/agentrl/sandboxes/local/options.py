@@ -108,10 +108,6 @@ class LocalOptions:
                 )
         return cls(**keywords)
 
-    def ro_binds_sources(self) -> list[str]:
-        """The host paths ``ro_binds`` (with what ``host_python`` adds) binds."""
-        return list(self.sandbox_env_and_binds()[1].values())
-
     def sandbox_env_and_binds(self) -> tuple[dict[str, str], dict[str, str]]:
         """``env`` and ``ro_binds`` plus what ``host_python`` adds (the explicit ones win)."""
         if not self.host_python or self.image is not None:

@@ -158,7 +158,7 @@ class LocalSandbox(Sandbox):
         self._channel = ControlChannel(self.state)
         if os.geteuid() == 0:
             proc.sweep_stale(launcher.stage_base().glob(f"{proc.STATE_PREFIX}*"), shutil.rmtree)
-        mounts = bwrap.prepare_mounts(self.options, self.state)
+        mounts = bwrap.prepare_mounts(self.options, self.state, self.ro_binds)
         self._mounts = mounts
         if mounts.ids is not None:
             # The sandbox's host uid reads requests from one FIFO and announces on the other.
