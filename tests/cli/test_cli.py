@@ -94,6 +94,7 @@ BUILTIN_COMMANDS = [
     "preflight",
     "rollout",
     "serve",
+    "tasks",
 ]
 
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 @hookimpl(trylast=True)
 def register_commands(cli: click.Group) -> None:
-    """Add plugins, rollout, serve, demo, examples, check-tasks, install-clis and preflight."""
+    """Add plugins, rollout, serve, demo, examples, check-tasks, tasks, install-clis and
+    preflight."""
     from agentrl.cli.check_tasks import check_tasks_command
     from agentrl.cli.demo import demo_command
     from agentrl.cli.examples import examples_command
@@ -26,6 +27,7 @@ def register_commands(cli: click.Group) -> None:
     from agentrl.cli.preflight import preflight_command
     from agentrl.cli.rollout import rollout_command
     from agentrl.cli.serve import serve
+    from agentrl.cli.tasks import tasks_group
 
     for command in (
         plugins_command,
@@ -34,6 +36,7 @@ def register_commands(cli: click.Group) -> None:
         demo_command,
         examples_command,
         check_tasks_command,
+        tasks_group,
         install_clis_command,
         preflight_command,
     ):

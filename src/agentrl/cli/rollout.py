@@ -150,6 +150,19 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @click.option("--sandbox-options", help="JSON object passed to the sandbox backend.")
 @click.option("--harness-options", help="JSON object passed to the harness.")
 @click.option(
+    "--instance",
+    "instances",
+    multiple=True,
+    metavar="ID",
+    help="Run only the task with this instance id (repeatable); an unknown id is an error.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(0),
+    default=None,
+    help="Run at most this many tasks (the first ones, after --instance).",
+)
+@click.option(
     "--keep-failed",
     is_flag=True,
     help="On resume, count rollouts that ended in infra_error or grader_error as done "
@@ -186,6 +199,7 @@ def rollout_command(**kw: Any) -> None:
         ]
     except (TaskLoadError, LookupError) as exc:
         raise click.ClickException(str(exc)) from None
+    tasks = _select_tasks(tasks, kw["instances"], kw["limit"])
     cli_dir = kw["cli_dir"]
     if cli_dir is None:
         cli_dir = _default_cli_dir(kw["harness"])
@@ -244,6 +258,18 @@ def rollout_command(**kw: Any) -> None:
             err=True,
         )
         click.get_current_context().exit(1)
+
+
+def _select_tasks(tasks: list[Task], instances: Sequence[str], limit: int | None) -> list[Task]:
+    """``--instance`` and ``--limit``: the tasks named (all when none), then the first ``limit``."""
+    from agentrl.graders.datasets.select import UnknownInstance, select_instances
+
+    try:
+        return select_instances(
+            tasks, lambda task: task.instance_id, instances=instances, limit=limit
+        )
+    except UnknownInstance as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def run_stack(
