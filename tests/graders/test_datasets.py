@@ -260,3 +260,43 @@ def test_reverse_patch_undoes_a_real_git_diff(tmp_path):
     _git(repo, "apply", "--cached", "-", stdin=reverse)
     assert _git(repo, "diff", "--cached", "HEAD") == ""
     assert reverse_patch(reverse) == patch
+
+
+def test_swesmith_pre_commands_plant_the_bug_where_git_does_not_show_it(tmp_path):
+    """After the pre_commands the bug is in the tree, git status and diff are clean, the
+    history is the one commit it had, the reflog is empty and the fixed file's object is
+    gone: nothing in the repository shows the change."""
+    repo = tmp_path / "testbed"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "Initial commit")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    bug = _git(repo, "diff")
+    _git(repo, "checkout", "--", "calc.py")
+    record = {
+        "instance_id": "o__calc.0123abcd.func_basic__1",
+        "repo": "swesmith/o__calc.0123abcd",
+        "patch": bug,
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": [],
+        "problem_statement": "add subtracts",
+    }
+    (tmp_path / "smith.jsonl").write_text(json.dumps(record) + "\n")
+    (row,) = import_rows("swe-smith", tmp_path / "smith.jsonl")
+    for command in row["metadata"]["pre_commands"]:
+        subprocess.run(["bash", "-ec", command], cwd=repo, check=True, capture_output=True)
+    assert "a - b" in (repo / "calc.py").read_text()
+    assert _git(repo, "status", "--porcelain") == ""
+    assert _git(repo, "log", "--format=%s") == "Initial commit\n"
+    assert _git(repo, "reflog") == ""
+    fixed = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "--stdin"],
+        input="def add(a, b):\n    return a + b\n",
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    gone = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", fixed], capture_output=True)
+    assert gone.returncode != 0  # the fixed file's blob was pruned with the old commit
+    assert row["metadata"]["gold_patch"] == reverse_patch(bug)
