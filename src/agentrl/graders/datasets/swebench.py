@@ -80,6 +80,9 @@ def pytest_eval_script(base_commit: str, test_patch: str) -> str:
     """
     files = " ".join(shlex.quote(f) for f in test_files(test_patch))
     commit = shlex.quote(base_commit)
+    delimiter = _HEREDOC
+    while delimiter in test_patch:  # a patch line equal to it would end the here-document
+        delimiter += "_"
     return (
         "#!/bin/bash\n"
         "set -uxo pipefail\n"
@@ -89,9 +92,9 @@ def pytest_eval_script(base_commit: str, test_patch: str) -> str:
         "fi\n"
         f"cd {WORKDIR}\n"
         f"git checkout {commit} -- {files}\n"
-        f"git apply -v - <<'{_HEREDOC}'\n"
+        f"git apply -v - <<'{delimiter}'\n"
         f"{test_patch.rstrip(chr(10))}\n"
-        f"{_HEREDOC}\n"
+        f"{delimiter}\n"
         ": '>>>>> Start Test Output'\n"
         f"python -m pytest -p no:cacheprovider -rA {files}\n"
         ": '>>>>> End Test Output'\n"

@@ -62,7 +62,12 @@ def _scripts(scripts_dir: str | None, instance_id: str) -> dict[str, str]:
             "SWE-bench Pro rows are graded by the per-instance run_script.sh and parser.py of "
             "the SWE-bench_Pro-os repository: pass its run_scripts directory with --scripts-dir"
         )
-    folder = pathlib.Path(scripts_dir).expanduser().resolve() / instance_id
+    root = pathlib.Path(scripts_dir).expanduser().resolve()
+    folder = (root / instance_id).resolve()
+    if folder.parent != root:
+        raise DatasetError(
+            f"instance_id {instance_id!r} does not name a directory inside --scripts-dir"
+        )
     found = {}
     for key, name in (("run_script_path", "run_script.sh"), ("parser_script_path", "parser.py")):
         path = folder / name
