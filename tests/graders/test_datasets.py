@@ -300,3 +300,18 @@ def test_swesmith_pre_commands_plant_the_bug_where_git_does_not_show_it(tmp_path
     gone = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", fixed], capture_output=True)
     assert gone.returncode != 0  # the fixed file's blob was pruned with the old commit
     assert row["metadata"]["gold_patch"] == reverse_patch(bug)
+
+
+def test_a_parquet_timestamp_column_is_written_as_iso_8601(tmp_path):
+    """A created_at stored as a parquet timestamp (not a string) imports and is written as
+    its ISO 8601 text."""
+    import datetime
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    records = json.loads(VERIFIED.read_text())[:1]
+    records[0]["created_at"] = datetime.datetime(2022, 3, 3, 15, 14, 54)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "v.parquet")
+    write_rows(import_rows("swebench", tmp_path / "v.parquet"), tmp_path / "v.jsonl")
+    row = json.loads((tmp_path / "v.jsonl").read_text())
+    assert row["metadata"]["remote_env_info"]["created_at"] == "2022-03-03T15:14:54"

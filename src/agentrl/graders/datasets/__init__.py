@@ -114,6 +114,15 @@ def import_rows(
     return [schema.row(record, given) for record in chosen]
 
 
+def _jsonable(value: Any) -> Any:
+    """A parquet value JSON has no type for: a timestamp as ISO 8601, an array as a list."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_rows(
     rows: Iterable[Mapping[str, Any]], out: str | os.PathLike[str], *, force: bool = False
 ) -> int:
@@ -134,7 +143,7 @@ def write_rows(
     try:
         with handle:
             for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                handle.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
                 count += 1
         os.replace(handle.name, path)
     except BaseException:
