@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from agentrl.adapters.rendering import (
     IncrementalRenderer,
     RenderError,
-    _boundary_ids,
     render_full,
 )
+from agentrl.adapters.segments import boundary_ids as _boundary_ids
 from agentrl.trajectory import common_prefix_length
 
 TOOLS = [

@@ -303,7 +303,13 @@ def test_position_dependent_wrappers_come_from_the_template(qwen_tokenizer):
     replied = [*first, {"role": "assistant", "content": "answer"}]
     to_user = splicer.plan(ledger, [*replied, {"role": "user", "content": "u"}], None)
     assert to_user.prompt.text == "<user>u</user><A>"
-    assert to_user.prompt.ids == (1, 2, 3, *output, *ids_of(qwen_tokenizer, "<user>u</user><A>"))
+    assert list(to_user.prompt.ids) == [
+        1,
+        2,
+        3,
+        *output,
+        *ids_of(qwen_tokenizer, "<user>u</user><A>"),
+    ]
     to_tool = splicer.plan(ledger, [*replied, {"role": "tool", "content": "t"}], None)
     assert to_tool.reason == "stop_token"
     assert isinstance(SplicePlan().metadata(), dict)

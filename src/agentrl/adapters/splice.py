@@ -48,6 +48,7 @@ import attrs
 
 from agentrl.adapters.keys import loose_key
 from agentrl.adapters.rendering import RenderedPrompt, RenderError, render_text
+from agentrl.adapters.segments import SegmentEncoder, as_id_array, id_array
 from agentrl.trajectory import message_key
 
 if TYPE_CHECKING:
@@ -141,10 +142,10 @@ class SpliceRecord:
         while node is not None:
             path.append(node)
             node = node.base
-        ids = array("I")
+        ids = array(self.output.typecode)
         for step in reversed(path):
-            ids.extend(step.head)
-            ids.extend(step.output)
+            for part in (step.head, step.output):
+                ids.extend(part if part.typecode == ids.typecode else part.tolist())
         return ids
 
 
@@ -154,13 +155,10 @@ class SpliceLedger:
 
     records: dict[int, SpliceRecord] = attrs.field(factory=dict)
     by_response: dict[bytes, list[int]] = attrs.field(factory=dict)
-    #: The sequence of the turn added last (the usual base of the next turn), rebuilt once.
-    _latest: tuple[SpliceRecord, array] | None = None
 
     def sequence(self, record: SpliceRecord) -> array:
-        """``record``'s whole sequence (a fresh array)."""
-        if self._latest is not None and self._latest[0] is record:
-            return array("I", self._latest[1])
+        """``record``'s whole sequence (a fresh array, joined from the records' pieces:
+        each id is held once, by the record that added it)."""
         return record.sequence()
 
     def add(
@@ -174,11 +172,9 @@ class SpliceLedger:
     ) -> SpliceRecord:
         """Record turn ``index`` (prompt as sent, sampled ids, the assistant message recorded
         and the prompt messages recorded with it)."""
-        output = array("I", output_ids)
-        if plan.base is not None:
-            head = array("I", plan.seam_ids)
-        else:
-            head = array("I", prompt_ids)
+        output = id_array(output_ids)
+        # The first prompt is shared with the caller's (read-only by convention) array.
+        head = as_id_array(plan.seam_ids if plan.base is not None else prompt_ids)
         record = SpliceRecord(
             index=index,
             base=plan.base,
@@ -190,9 +186,6 @@ class SpliceLedger:
         )
         self.records[index] = record
         self.by_response.setdefault(_digest(response), []).append(index)
-        sequence = array("I", prompt_ids)
-        sequence.extend(output)
-        self._latest = (record, sequence)
         return record
 
 
@@ -206,7 +199,8 @@ class SplicePlan:
 
     prompt: RenderedPrompt | None = None
     base: SpliceRecord | None = None
-    seam_ids: tuple[int, ...] = ()
+    #: The seam's ids (an ``array('I')``; any int sequence is accepted).
+    seam_ids: Sequence[int] = ()
     reason: str | None = None
     detail: str = ""
     history: tuple[bytes, ...] = ()
@@ -267,14 +261,23 @@ class Splicer:
         seam = self._seam_text(messages, last, tools, base.output)
         if isinstance(seam, tuple):
             return self._fallback(fallback, seam[0], sid, index, seam[1])
-        seam_ids = tuple(self.tokenizer(seam, add_special_tokens=False)["input_ids"])
+        seam_ids = self._encode(seam)
         prompt_ids = ledger.sequence(base)
         reused = len(prompt_ids)
+        if prompt_ids.typecode != seam_ids.typecode:
+            prompt_ids = id_array(prompt_ids, seam_ids.typecode)
         prompt_ids.extend(seam_ids)
         prompt = RenderedPrompt(
             text=seam, ids=prompt_ids, reused_tokens=reused, tokenized_chars=len(seam)
         )
         return attrs.evolve(fallback, prompt=prompt, base=base, seam_ids=seam_ids)
+
+    def _encode(self, text: str) -> array:
+        """``text``'s ids, cut at its added-token boundaries (no offsets), or whole."""
+        encoder = SegmentEncoder.for_tokenizer(self.tokenizer)
+        if encoder is not None:
+            return encoder.ids(text)
+        return id_array(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def count(self, plan: SplicePlan) -> None:
         """Count one recorded turn's outcome in :attr:`stats`."""
