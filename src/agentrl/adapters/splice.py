@@ -92,6 +92,7 @@ FALLBACK_REASONS = {
 #: Markers put in a probe assistant message's content (they must differ in every character
 #: so that no common suffix hides inside them).
 _PROBES = ("AGENTRL-SPLICE-PROBE-7Q", "agentrl_splice_probe_3z")
+assert len(_PROBES[0]) == len(_PROBES[1])
 
 
 def check_prompt_mode(value: str, what: str = "prompt_mode") -> str:
@@ -155,6 +156,31 @@ class SpliceLedger:
 
     records: dict[int, SpliceRecord] = attrs.field(factory=dict)
     by_response: dict[bytes, list[int]] = attrs.field(factory=dict)
+    #: The conversation the turn added last recorded, and the digest of each message: the
+    #: next request mostly replays it, so only its new or changed messages are digested.
+    _known: tuple[tuple[Mapping[str, Any], ...], tuple[bytes, ...]] = ((), ())
+    _tools: tuple[list[Any] | None, bytes] | None = None
+
+    def tools_digest(self, tools: Sequence[Mapping[str, Any]] | None) -> bytes:
+        """The digest of a tools list (the previous one's when the list is equal)."""
+        value = list(tools) if tools else None
+        if self._tools is not None and self._tools[0] == value:
+            return self._tools[1]
+        digest = _digest(value)
+        self._tools = (value, digest)
+        return digest
+
+    def digests(self, messages: Sequence[Mapping[str, Any]]) -> tuple[bytes, ...]:
+        """A digest of each message; a message equal to the one at its index in the
+        conversation recorded last reuses that message's digest."""
+        known, digests = self._known
+        out = []
+        for position, message in enumerate(messages):
+            if position < len(known) and (message is known[position] or message == known[position]):
+                out.append(digests[position])
+            else:
+                out.append(_digest(message))
+        return tuple(out)
 
     def sequence(self, record: SpliceRecord) -> array:
         """``record``'s whole sequence (a fresh array, joined from the records' pieces:
@@ -185,8 +211,30 @@ class SpliceLedger:
             conversation=(*messages, response),
         )
         self.records[index] = record
-        self.by_response.setdefault(_digest(response), []).append(index)
+        response_digest = _digest(response)
+        self.by_response.setdefault(response_digest, []).append(index)
+        self._known = (
+            record.conversation,
+            (*self._conversation_digests(plan, messages), response_digest),
+        )
         return record
+
+    def _conversation_digests(
+        self, plan: SplicePlan, messages: Sequence[Mapping[str, Any]]
+    ) -> list[bytes]:
+        """Digests of the recorded prompt messages: the plan's for the request's own
+        messages, the previous record's for the ones restored from it, else computed."""
+        request = plan.messages
+        known, known_digests = self._known
+        out = []
+        for position, message in enumerate(messages):
+            if position < len(request) and message is request[position]:
+                out.append(plan.history[position])
+            elif position < len(known) and message is known[position]:
+                out.append(known_digests[position])
+            else:
+                out.append(_digest(message))
+        return out
 
 
 @attrs.frozen(kw_only=True)
@@ -205,6 +253,8 @@ class SplicePlan:
     detail: str = ""
     history: tuple[bytes, ...] = ()
     tools: bytes = b""
+    #: The request's messages ``history`` digests (for the ledger; not kept with the turn).
+    messages: Sequence[Mapping[str, Any]] = attrs.field(default=(), repr=False, eq=False)
 
     def metadata(self) -> dict[str, Any]:
         """The recorded turn's ``prompt_mode`` (and ``splice_fallback`` with the reason)."""
@@ -241,9 +291,9 @@ class Splicer:
 
         ``links`` maps a message index to the turn whose minted wire id it replayed.
         """
-        history = tuple(_digest(m) for m in messages)
-        tools_digest = _digest(list(tools) if tools else None)
-        fallback = attrs.evolve(SplicePlan(), history=history, tools=tools_digest)
+        history = ledger.digests(messages)
+        tools_digest = ledger.tools_digest(tools)
+        fallback = SplicePlan(history=history, tools=tools_digest, messages=messages)
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         if last < 0:
             return attrs.evolve(fallback, reason="new_chain")
@@ -318,8 +368,8 @@ class Splicer:
         output: Sequence[int],
     ) -> str | tuple[str, str]:
         """The text after the last assistant message's sampled output, or (reason, detail)."""
-        after = []
-        before = []
+        texts: list[str] = []
+        cuts: list[int] = []
         for probe in _PROBES:
             probed = [*messages[:last], {"role": "assistant", "content": probe}]
             probed += messages[last + 1 :]
@@ -333,14 +383,16 @@ class Splicer:
                 )
             except RenderError as exc:
                 return "delta_unrenderable", str(exc)
-            if text.count(probe) != 1:
+            cut = text.find(probe)
+            if cut < 0 or text.find(probe, cut + 1) >= 0:
                 return "delta_unrenderable", "the template does not render content verbatim"
-            cut = text.index(probe)
-            before.append(text[:cut])
-            after.append(text[cut + len(probe) :])
-        if after[0] != after[1] or before[0] != before[1]:
+            texts.append(text)
+            cuts.append(cut)
+        # The probes have one length: equal cuts and texts that agree before and after them.
+        (first, second), cut, width = texts, cuts[0], len(_PROBES[0])
+        seam = first[cut + width :]
+        if cuts[1] != cut or second[cut + width :] != seam or not second.startswith(first[:cut]):
             return "delta_unrenderable", "the template's text depends on the message content"
-        seam = after[0]
         trailing = len(output)
         while trailing and output[trailing - 1] in self.stop_ids:
             trailing -= 1
