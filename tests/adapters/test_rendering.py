@@ -426,10 +426,13 @@ def test_message_content_is_data_never_template_source(qwen_tokenizer):
     assert messages == [{"role": "user", "content": hostile}]
 
 
-def test_template_errors_and_fallbacks_match_transformers(qwen_tokenizer, caplog):
+def test_template_errors_and_fallbacks_match_transformers(qwen_tokenizer, caplog, monkeypatch):
     """A template that fails raises RenderError; a call the compiled path does not take (a
     tool that is not a dict, a keyword apply_chat_template owns) gives transformers' own
     result, and says so once in the log."""
+    from agentrl.adapters import templates
+
+    monkeypatch.setattr(templates, "_logged", set())
     with pytest.raises(RenderError, match="bad role"):
         render_text(
             qwen_tokenizer, [{"role": "bad", "content": "x"}], chat_template=FEATURES_TEMPLATE
@@ -442,11 +445,20 @@ def test_template_errors_and_fallbacks_match_transformers(qwen_tokenizer, caplog
 
     tools = [Tool(TOOLS[0])]
     messages = [{"role": "user", "content": "x"}]
+    documents = {"documents": [{"title": "t", "text": "d"}]}
     with caplog.at_level("INFO", logger="agentrl.adapters.templates"):
-        assert render_text(qwen_tokenizer, messages, tools) == qwen_tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False
-        )
-    assert "not a JSON-schema dict" in caplog.text or not caplog.text  # logged once per process
+        for _ in range(2):
+            assert render_text(qwen_tokenizer, messages, tools) == (
+                qwen_tokenizer.apply_chat_template(
+                    messages, tools=tools, add_generation_prompt=True, tokenize=False
+                )
+            )
+            got = render_text(qwen_tokenizer, messages, chat_template_kwargs=documents)
+            assert got == qwen_tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **documents
+            )
+    assert caplog.text.count("not a JSON-schema dict") == 1
+    assert caplog.text.count("are apply_chat_template's own") == 1
 
 
 def test_probe_mismatch_falls_back_to_apply_chat_template(qwen_tokenizer, monkeypatch):
