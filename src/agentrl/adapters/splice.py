@@ -32,6 +32,15 @@ Public API::
     plan.prompt (RenderedPrompt | None), plan.reason, plan.metadata()
     splicer.count(plan); splicer.stats -> Counter  ("spliced" and each fallback reason)
     ledger = SpliceLedger(); ledger.add(index, plan, prompt_ids, output_ids)
+    ledger.digests(messages), ledger.tools_digest(tools)  # reuse what the last record holds
+
+Ids are kept as ``array('I')`` (4 bytes a token): a record holds only its seam and its
+output (the first record shares the prompt array it was given), a turn's prompt ids are
+joined from the records when it is planned, and a request's message digests are reused
+for every message equal to the one the last record holds at its index, so a turn digests
+only its new messages. The seam is tokenized without offsets, cut at its added tokens
+(:mod:`agentrl.adapters.segments`); the probe renders use the compiled template
+(:mod:`agentrl.adapters.templates`).
 """
 
 from __future__ import annotations
