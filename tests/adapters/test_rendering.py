@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from array import array
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -12,10 +15,13 @@ from hypothesis import strategies as st
 
 from agentrl.adapters.rendering import (
     IncrementalRenderer,
+    RenderedPrompt,
     RenderError,
-    _boundary_ids,
     render_full,
+    render_text,
 )
+from agentrl.adapters.segments import SegmentEncoder, boundary_ids
+from agentrl.adapters.segments import boundary_ids as _boundary_ids
 from agentrl.trajectory import common_prefix_length
 
 TOOLS = [
@@ -310,3 +316,270 @@ def test_fork_starts_from_the_donor_prompt(qwen_tokenizer):
     assert list(prompt.ids) == full_ids(qwen_tokenizer, sub, TOOLS, enable_thinking=False)
     assert prompt.reused_tokens > 300
     assert donor.last is before and fork.stats.turns == 1
+
+
+# -- the compiled chat template ------------------------------------------------------
+
+QWEN3_TEST_TEMPLATE = (Path(__file__).parents[1] / "data" / "qwen3_chat_template.jinja").read_text()
+
+#: A template using what transformers' environment adds: loopcontrols, namespace(), dict(),
+#: tojson's options, {% generation %}, raise_exception, the special tokens.
+FEATURES_TEMPLATE = """\
+{%- set ns = namespace(n=0) -%}
+{%- for m in messages -%}
+  {%- if m.role == 'bad' %}{{ raise_exception('bad role') }}{% endif -%}
+  {%- if m.role == 'skip' %}{% continue %}{% endif -%}
+  {%- set ns.n = ns.n + 1 -%}
+  [{{ ns.n }}|{{ m.role }}|{{ eos_token }}]
+  {%- if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}
+  {%- else %}{{ m.content | tojson(indent=1, sort_keys=True) }}{% endif -%}
+  {%- if m.reasoning_content %}<r>{{ m.reasoning_content }}</r>{% endif -%}
+  {%- if m.thinking %}<t>{{ m.thinking }}</t>{% endif -%}
+  {{ dict(a=1, role=m.role) | tojson }}{{ (m.tool_calls or []) | length }}
+  {%- if loop.index > 40 %}{% break %}{% endif -%}
+{%- endfor -%}
+{%- if tools %}{{ tools | map(attribute='function') | map(attribute='name') | join(',') }}{% endif -%}
+{%- if add_generation_prompt %}<gen>{% endif -%}
+"""
+
+TEMPLATES = {"qwen3-test": QWEN3_TEST_TEMPLATE, "features": FEATURES_TEMPLATE, "default": None}
+
+
+@st.composite
+def rich_conversation(draw):
+    """A conversation with reasoning under every field name, None-valued keys and unicode."""
+    messages = draw(conversation())
+    for message in messages:
+        if message["role"] == "assistant" and draw(st.booleans()):
+            reasoning = message.pop("reasoning_content", None) or draw(text)
+            message[draw(st.sampled_from(["thinking", "reasoning", "reasoning_content"]))] = (
+                reasoning
+            )
+        if draw(st.booleans()):
+            message[draw(st.sampled_from(["name", "tool_calls", "reasoning_content"]))] = None
+    return messages
+
+
+@HYPOTHESIS
+@given(
+    messages=rich_conversation(),
+    use_tools=st.booleans(),
+    template=st.sampled_from(sorted(TEMPLATES)),
+    kwargs=st.sampled_from([{}, {"enable_thinking": False}, {"enable_thinking": True}]),
+)
+def test_compiled_template_text_equals_apply_chat_template(
+    qwen_tokenizer, messages, use_tools, template, kwargs
+):
+    """The compiled template's text is apply_chat_template's, over varied conversations
+    (tools, tool calls, reasoning under each name, None-valued keys, unicode) and templates."""
+    tools = TOOLS if use_tools else None
+    source = TEMPLATES[template]
+    got = render_text(
+        qwen_tokenizer, messages, tools, chat_template=source, chat_template_kwargs=kwargs
+    )
+    want = qwen_tokenizer.apply_chat_template(
+        messages,
+        tools=tools,
+        chat_template=source,
+        add_generation_prompt=True,
+        tokenize=False,
+        **kwargs,
+    )
+    assert got == want
+
+
+def test_compiled_template_is_used_and_built_once(qwen_tokenizer, monkeypatch):
+    """The tokenizer's template renders through the compiled path: apply_chat_template is
+    not called per render once the template is compiled and checked."""
+    messages = [{"role": "user", "content": "hi"}]
+    render_text(qwen_tokenizer, messages, TOOLS)
+    calls = []
+    original = type(qwen_tokenizer).apply_chat_template
+    monkeypatch.setattr(
+        type(qwen_tokenizer),
+        "apply_chat_template",
+        lambda self, *a, **k: calls.append(1) or original(self, *a, **k),
+    )
+    for _ in range(3):
+        render_text(qwen_tokenizer, messages, TOOLS)
+    assert calls == []
+
+
+def test_message_content_is_data_never_template_source(qwen_tokenizer):
+    """Security: template syntax, format fields and dunder names in a message stay text;
+    a template that formats content or mutates the messages is refused as transformers
+    refuses it (the sandbox is kept), and the caller's messages are never changed."""
+    hostile = "{{ 7 * 7 }}{% for x in range(3) %}x{% endfor %}{0.__class__.__mro__}"
+    messages = [{"role": "user", "content": hostile}]
+    text = render_text(qwen_tokenizer, messages)
+    assert hostile in text and "49" not in text
+    formatting = "{{ messages[0].content.format(messages[0]) }}"
+    leaky = [{"role": "user", "content": "{0.__class__.__mro__}"}]
+    with pytest.raises(RenderError, match=r"SecurityError|access to attribute"):
+        render_text(qwen_tokenizer, leaky, chat_template=formatting)
+    mutating = "{{ messages.append({'role': 'x'}) }}{{ messages[0].update(role='y') }}"
+    with pytest.raises(RenderError, match=r"SecurityError|unsafe"):
+        render_text(qwen_tokenizer, messages, chat_template=mutating)
+    dunder = "{{ messages[0].__class__.__init__.__globals__ }}{{ messages[0]['__class__'] }}"
+    with pytest.raises(RenderError):
+        render_text(qwen_tokenizer, messages, chat_template=dunder)
+    assert messages == [{"role": "user", "content": hostile}]
+
+
+def test_template_errors_and_fallbacks_match_transformers(qwen_tokenizer, caplog, monkeypatch):
+    """A template that fails raises RenderError; a call the compiled path does not take (a
+    tool that is not a dict, a keyword apply_chat_template owns) gives transformers' own
+    result, and says so once in the log."""
+    from agentrl.adapters import templates
+
+    monkeypatch.setattr(templates, "_logged", set())
+    with pytest.raises(RenderError, match="bad role"):
+        render_text(
+            qwen_tokenizer, [{"role": "bad", "content": "x"}], chat_template=FEATURES_TEMPLATE
+        )
+    with pytest.raises(RenderError):
+        render_text(qwen_tokenizer, [{"role": "user", "content": "x"}], chat_template="{% if %}")
+
+    class Tool(dict):
+        pass
+
+    tools = [Tool(TOOLS[0])]
+    messages = [{"role": "user", "content": "x"}]
+    documents = {"documents": [{"title": "t", "text": "d"}]}
+    with caplog.at_level("INFO", logger="agentrl.adapters.templates"):
+        for _ in range(2):
+            assert render_text(qwen_tokenizer, messages, tools) == (
+                qwen_tokenizer.apply_chat_template(
+                    messages, tools=tools, add_generation_prompt=True, tokenize=False
+                )
+            )
+            got = render_text(qwen_tokenizer, messages, chat_template_kwargs=documents)
+            assert got == qwen_tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **documents
+            )
+    assert caplog.text.count("not a JSON-schema dict") == 1
+    assert caplog.text.count("are apply_chat_template's own") == 1
+
+
+def test_probe_mismatch_falls_back_to_apply_chat_template(qwen_tokenizer, monkeypatch):
+    """When the compiled template renders the probe conversation differently from
+    transformers (a transformers change this module does not mirror), it is not used."""
+    from agentrl.adapters import templates
+
+    source = "{{ messages[0].content }}|{{ strftime_now('%Y') }}-probe-check"
+    monkeypatch.setattr(templates, "_PROBE_MESSAGES", [{"role": "user", "content": "p"}])
+    real = templates._Compiled.render
+    monkeypatch.setattr(templates._Compiled, "render", lambda *a: real(*a) + "drift")
+    messages = [{"role": "user", "content": "x"}]
+    got = render_text(qwen_tokenizer, messages, chat_template=source)
+    assert got.endswith("-probe-check") and "drift" not in got
+    assert templates._cache[qwen_tokenizer][source] is None
+
+
+# -- offset-free tokenization and compact storage --------------------------------------
+
+
+@HYPOTHESIS
+@given(value=text, prefix=text)
+def test_segment_encoding_equals_whole_encoding(qwen_tokenizer, value, prefix):
+    """Pieces cut at boundary-token literals, encoded apart, give the whole text's ids;
+    the pieces and the rest join back to the text and each count ends a piece."""
+    encoder = SegmentEncoder.for_tokenizer(qwen_tokenizer)
+    whole = prefix + value
+    got = encoder.encode(whole)
+    assert list(got.ids) == qwen_tokenizer(whole, add_special_tokens=False)["input_ids"]
+    assert "".join(got.segments) + got.rest == whole
+    assert len(got.counts) == len(got.segments)
+    start = 0
+    for segment, count in zip(got.segments, got.counts, strict=True):
+        assert (
+            list(got.ids[start:count])
+            == encoder.backend.encode(segment, add_special_tokens=False).ids
+        )
+        start = count
+
+
+def test_swallowed_boundary_falls_back_to_offsets(qwen_tokenizer_dir):
+    """Attack: an added token whose end overlaps a boundary token's start ("zz<" before
+    "<x>") swallows the literal; the piece check sees it and the text is encoded whole."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir))
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in ("zz<", "<x>")])
+    x_id = tokenizer.convert_tokens_to_ids("<x>")
+    assert x_id in boundary_ids(tokenizer)
+    encoder = SegmentEncoder.for_tokenizer(tokenizer)
+    whole = encoder._encode_with_offsets
+    fell_back = []
+    encoder._encode_with_offsets = lambda value: fell_back.append(value) or whole(value)
+    assert (
+        list(encoder.encode("a<x>b").ids)
+        == tokenizer("a<x>b", add_special_tokens=False)["input_ids"]
+    )
+    assert fell_back == []
+    for value in ("a zz<x> b<x>c", "<x>zz<x><|im_end|>", "zz<x>"):
+        got = encoder.encode(value)
+        assert list(got.ids) == tokenizer(value, add_special_tokens=False)["input_ids"]
+        assert "".join(got.segments) + got.rest == value
+    assert len(fell_back) == 3
+    renderer = IncrementalRenderer(tokenizer)
+    messages = [{"role": "user", "content": "zz<x> q"}]
+    assert list(renderer.render(messages).ids) == render_full(tokenizer, messages)
+    messages += [{"role": "assistant", "content": "<x>zz<x>"}, {"role": "user", "content": "z"}]
+    assert list(renderer.render(messages).ids) == render_full(tokenizer, messages)
+
+
+def test_start_sensitive_tokenizer_is_tokenized_in_full():
+    """A tokenizer that adds a prefix space to the first word only (Metaspace "first")
+    fails the split probe, so every turn is tokenized in full, and stays exact."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "▁a": 1, "a": 2, "▁b": 3, "b": 4, "▁": 5, "<s>": 6}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    tokenizer.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
+    assert SegmentEncoder.for_tokenizer(tokenizer) is None
+    renderer = IncrementalRenderer(tokenizer)
+    messages = [{"role": "user", "content": "a b"}]
+    renderer.render(messages)
+    messages.append({"role": "user", "content": "b a"})
+    prompt = renderer.render(messages)
+    assert prompt.reused_tokens == 0
+    assert list(prompt.ids) == render_full(tokenizer, messages)
+
+
+def test_prompt_ids_are_one_compact_array_shared_with_the_renderer(qwen_tokenizer):
+    """ids are array('I') (no tuple copy), the renderer's own; the text is kept as pieces
+    that take about a byte a character although one piece holds an emoji."""
+    renderer = IncrementalRenderer(qwen_tokenizer, tools=TOOLS)
+    messages = [
+        {"role": "system", "content": "Be brief 🙂. " + "You are a coding agent. " * 200},
+        {"role": "user", "content": "Fix the bug in parser.py " * 100},
+    ]
+    prompt = renderer.render(messages)
+    assert isinstance(prompt.ids, array) and prompt.ids.typecode == "I"
+    assert prompt.ids is renderer._state.ids
+    assert renderer.last is prompt
+    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more " * 500}]
+    second = renderer.render(messages)
+    assert list(second.ids) == render_full(qwen_tokenizer, messages, tools=TOOLS)
+    held = sum(sys.getsizeof(s) for s in renderer._state.segments)
+    system_piece = max(renderer._state.segments, key=lambda s: max(map(ord, s)))
+    assert held < 1.2 * len(second.text) + 4 * len(system_piece)
+    assert second.text.endswith("<|im_start|>assistant\n")
+    assert second.tail_text(12) == second.text[-12:]
+    assert second.tail_text(10**6) == second.text and second.tail_text(0) == ""
+    fork = renderer.fork()
+    assert fork._state is renderer._state
+
+
+def test_rendered_prompt_accepts_plain_sequences():
+    """A RenderedPrompt built from a list or tuple (splice, tests) holds a compact array."""
+    prompt = RenderedPrompt(text="x", ids=(1, 2, 3))
+    assert isinstance(prompt.ids, array) and list(prompt.ids) == [1, 2, 3]
+    big = RenderedPrompt(text="x", ids=[2**40])
+    assert big.ids.typecode == "Q" and list(big.ids) == [2**40]

@@ -303,7 +303,13 @@ def test_position_dependent_wrappers_come_from_the_template(qwen_tokenizer):
     replied = [*first, {"role": "assistant", "content": "answer"}]
     to_user = splicer.plan(ledger, [*replied, {"role": "user", "content": "u"}], None)
     assert to_user.prompt.text == "<user>u</user><A>"
-    assert to_user.prompt.ids == (1, 2, 3, *output, *ids_of(qwen_tokenizer, "<user>u</user><A>"))
+    assert list(to_user.prompt.ids) == [
+        1,
+        2,
+        3,
+        *output,
+        *ids_of(qwen_tokenizer, "<user>u</user><A>"),
+    ]
     to_tool = splicer.plan(ledger, [*replied, {"role": "tool", "content": "t"}], None)
     assert to_tool.reason == "stop_token"
     assert isinstance(SplicePlan().metadata(), dict)
@@ -673,3 +679,34 @@ def test_empty_replies_that_replay_alike_still_train_in_one_sample(qwen_tokenize
     fallbacks = [m.get("splice_fallback") for m in sample.metadata["turn_metadata"].values()]
     assert fallbacks == ["new_chain", None, None]
     assert sum(sample.loss_mask) == sum(len(call.output_ids) for call in engine.calls)
+
+
+def test_plan_digests_only_new_or_changed_messages(qwen_tokenizer, monkeypatch):
+    """A request that replays the conversation recorded last reuses its messages' digests:
+    only the new and the edited messages are digested, the digests equal fresh ones, and
+    the spliced ids are the chain's ids plus the seam (an array, no tuple copy)."""
+    from array import array
+
+    from agentrl.adapters import splice as splice_module
+
+    splicer = Splicer(qwen_tokenizer, {}, frozenset({151645}))
+    ledger = SpliceLedger()
+    first = [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}]
+    plan = splicer.plan(ledger, first, TOOLS)
+    output = [*ids_of(qwen_tokenizer, "answer"), 151645]
+    response = {"role": "assistant", "content": "answer"}
+    prompt_ids = render_full(qwen_tokenizer, first, TOOLS)
+    ledger.add(0, plan, prompt_ids, output, response, first)
+    digested = []
+    real = splice_module._digest
+    monkeypatch.setattr(splice_module, "_digest", lambda v: digested.append(v) or real(v))
+    replay = [*(dict(m) for m in first), dict(response), {"role": "tool", "content": "r"}]
+    spliced = splicer.plan(ledger, replay, [dict(t) for t in TOOLS])
+    assert digested == [replay[-1]]
+    assert spliced.history == tuple(real(m) for m in replay)
+    assert isinstance(spliced.prompt.ids, array)
+    assert list(spliced.prompt.ids) == [*prompt_ids, *output, *spliced.seam_ids]
+    digested.clear()
+    edited = [replay[0], {"role": "user", "content": "q2"}, *replay[2:]]
+    assert splicer.plan(ledger, edited, TOOLS).reason == "history_changed"
+    assert digested == [edited[1], edited[-1]]

@@ -12,34 +12,44 @@ Public API::
                 chat_template_kwargs=None) -> list[int]             # reference: full tokenization
     render_text(tokenizer, messages, ...same) -> str                # the template's text only
 
-    RenderedPrompt(text: str, ids: tuple[int, ...], reused_tokens: int, tokenized_chars: int)
+    RenderedPrompt(text: str, ids: array, reused_tokens: int, tokenized_chars: int)
+    prompt.tail_text(chars) -> str                                  # the text's last chars
     RenderError                                                     # the template failed
 
 ``renderer.render(messages).ids`` is always identical to
 ``tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
 tokenize=True)["input_ids"]``.
 
-How: the messages are rendered to text with the chat template (cheap), the longest common
-prefix with the previous turn's text is found, and the previous ids are reused up to the
-last added-token boundary (``<|im_end|>``, ``<tool_call>``, …) inside that prefix. The
-tokenizer splits its input at added tokens before normalising or pre-tokenising, so the
-text before such a boundary always tokenizes the same way, whatever follows it. Only the
-rest is tokenized. Added tokens whose match could extend past the boundary (one token's
-prefix overlapping another's suffix, ``rstrip``, ``single_word`` or normalised matching)
-are never used as boundaries. Tokenizers without a Rust backend are tokenized in full.
+``RenderedPrompt.ids`` is an ``array('I')`` (``'Q'`` for a vocabulary past 2**32 ids),
+no longer a tuple: 4 bytes a token, shared with the renderer that made it, so it is
+read-only by convention (copy it before changing it). A list or tuple passed to
+``RenderedPrompt`` is converted. ``RenderedPrompt.text`` is still a ``str``, but a
+renderer's prompt keeps it as the pieces its renderer keeps anyway and joins them when
+asked; ``tail_text`` reads the end without joining.
+
+How: the messages are rendered to text with the compiled chat template (see
+:mod:`agentrl.adapters.templates`), the previous turn's text is compared with it piece by
+piece (the pieces end at added-token boundaries, ``<|im_end|>``, ``<tool_call>``, …),
+the previous ids are reused up to the last piece that still matches, and only the rest is
+tokenized, in pieces cut at the boundaries it holds (see :mod:`agentrl.adapters.segments`
+for why those cuts never change a token). The previous text is kept only as those pieces
+(each a compact string: one non-ASCII character widens its own piece, not the prompt).
+Tokenizers without a Rust backend, or whose first token depends on the start of the
+input, are tokenized in full.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import weakref
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl.trajectory import common_prefix_length
+from agentrl.adapters.segments import SegmentEncoder, as_id_array, boundary_ids, id_array
+from agentrl.adapters.templates import RenderError, render_chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -57,19 +67,42 @@ logger = logging.getLogger(__name__)
 
 _UNSET: Any = object()
 
+#: Kept for callers of the old private name.
+_boundary_ids = boundary_ids
 
-class RenderError(ValueError):
-    """The chat template could not render the messages."""
 
-
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, eq=False)
 class RenderedPrompt:
-    """One turn's prompt: the rendered text, its token ids and how much was reused."""
+    """One turn's prompt: the rendered text, its token ids and how much was reused.
 
-    text: str
-    ids: tuple[int, ...] = attrs.field(converter=tuple)
+    ``text`` may be given as a ``str`` or as the pieces it is made of.
+    """
+
+    _text: str | tuple[str, ...] = attrs.field(alias="text", repr=False)
+    ids: array = attrs.field(converter=as_id_array, repr=len)
     reused_tokens: int = 0
     tokenized_chars: int = 0
+
+    @property
+    def text(self) -> str:
+        """The whole rendered text."""
+        value = self._text
+        return value if isinstance(value, str) else "".join(value)
+
+    def tail_text(self, chars: int) -> str:
+        """The last ``chars`` characters of :attr:`text` (without joining the rest)."""
+        value = self._text
+        if chars <= 0:
+            return ""
+        if isinstance(value, str):
+            return value[-chars:]
+        out: list[str] = []
+        for piece in reversed(value):
+            out.append(piece[-chars:])
+            chars -= len(piece)
+            if chars <= 0:
+                break
+        return "".join(reversed(out))
 
 
 @attrs.define
@@ -89,27 +122,7 @@ def _render_text(
     chat_template: str | None,
     chat_template_kwargs: Mapping[str, Any],
 ) -> str:
-    if not messages:
-        raise RenderError("cannot render an empty conversation; expected at least one message")
-    try:
-        text = tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=list(tools) if tools else None,
-            chat_template=chat_template,
-            add_generation_prompt=True,
-            tokenize=False,
-            **chat_template_kwargs,
-        )
-    except Exception as exc:
-        roles = [m.get("role") for m in messages]
-        raise RenderError(
-            f"the chat template failed to render {len(messages)} messages (roles {roles}): "
-            f"{type(exc).__name__}: {exc}. Check that every message has a role the template "
-            "accepts and string content where it expects one"
-        ) from exc
-    if not isinstance(text, str):
-        raise RenderError(f"the chat template returned {type(text).__name__}, expected str")
-    return text
+    return render_chat(tokenizer, messages, tools, chat_template, chat_template_kwargs)
 
 
 def render_text(
@@ -135,43 +148,21 @@ def render_full(
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-_boundary_cache: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
+@attrs.frozen
+class _State:
+    """One turn, replaced whole after each render, so a fork in another thread (a donor
+    chain) sees one consistent turn: the text as its pieces (each ending at a boundary)
+    and what follows the last one, the ids, and the id count after each piece."""
+
+    segments: tuple[str, ...] = ()
+    counts: array = attrs.field(factory=lambda: array("I"))
+    ids: array = attrs.field(factory=lambda: array("I"))
+    rest: str = ""
+    reused: int = 0
+    tokenized: int = 0
 
 
-def _boundary_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
-    """Ids of added tokens after which a text can be split without changing its tokens."""
-    try:
-        return _boundary_cache[tokenizer]
-    except (KeyError, TypeError):
-        pass
-    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    tokens = {int(tid): tok for tid, tok in decoder.items() if str(tok)}
-    # A match of another added token that starts before a split point and ends after it
-    # either contains this token inside its proper prefix, or starts inside this token.
-    proper_prefixes: set[str] = set()
-    inner: set[str] = set()
-    for tok in tokens.values():
-        content = str(tok)
-        for end in range(1, len(content)):
-            prefix = content[:end]
-            proper_prefixes.add(prefix)
-            inner.update(prefix[start:] for start in range(end))
-    safe = set()
-    for tid, tok in tokens.items():
-        content = str(tok)
-        if getattr(tok, "rstrip", False) or getattr(tok, "single_word", False):
-            continue
-        if getattr(tok, "normalized", False) or content in inner:
-            continue
-        if any(content[start:] in proper_prefixes for start in range(len(content))):
-            continue
-        safe.add(tid)
-    result = frozenset(safe)
-    try:
-        _boundary_cache[tokenizer] = result
-    except TypeError:
-        pass
-    return result
+_EMPTY = _State()
 
 
 class IncrementalRenderer:
@@ -190,28 +181,30 @@ class IncrementalRenderer:
         self.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.stats = RenderStats()
-        self._backend = getattr(tokenizer, "backend_tokenizer", None)
-        if self._backend is None:
-            logger.info(
-                "tokenizer %s has no Rust backend; every turn is tokenized in full",
-                type(tokenizer).__name__,
-            )
-        self._boundary_ids = _boundary_ids(tokenizer) if self._backend is not None else frozenset()
-        # The previous prompt's text and ids, and parallel ascending lists: a safe split
-        # point's char offset and the id count before it. One tuple, replaced whole after
-        # each render, so a fork in another thread (a donor chain) sees one consistent turn.
-        self._state: tuple[str, list[int], list[int], list[int]] = ("", [], [], [])
-        self.last: RenderedPrompt | None = None
+        self._encoder = SegmentEncoder.for_tokenizer(tokenizer)
+        self._state = _EMPTY
+        self._last: weakref.ref[RenderedPrompt] | None = None
+
+    @property
+    def last(self) -> RenderedPrompt | None:
+        """The previous turn's prompt (None before the first render or after reset)."""
+        state = self._state
+        if state is _EMPTY:
+            return None
+        prompt = self._last() if self._last is not None else None
+        if prompt is None:
+            prompt = self._prompt(state)
+        return prompt
 
     def reset(self) -> None:
         """Forget the previous turn; the next render tokenizes everything."""
-        self._state = ("", [], [], [])
-        self.last = None
+        self._state = _EMPTY
+        self._last = None
 
     def fork(
         self, *, tools: Any = _UNSET, chat_template_kwargs: Mapping[str, Any] | None = None
     ) -> IncrementalRenderer:
-        """A new renderer that starts from this one's last prompt.
+        """A new renderer that starts from this one's last prompt (sharing it, no copy).
 
         Any earlier prompt is a valid starting point (reuse follows the text), so chains that
         share a long prefix — sub-agents, sessions with the same system prompt and tools —
@@ -225,8 +218,7 @@ class IncrementalRenderer:
                 self.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
             ),
         )
-        text, ids, cut_chars, cut_ids = self._state
-        clone._state = (text, list(ids), list(cut_chars), list(cut_ids))
+        clone._state = self._state
         return clone
 
     def render_text(self, messages: Sequence[Mapping[str, Any]], *, tools: Any = _UNSET) -> str:
@@ -242,47 +234,50 @@ class IncrementalRenderer:
     ) -> RenderedPrompt:
         """Render ``messages`` and tokenize only what differs from the previous turn."""
         text = self.render_text(messages, tools=tools)
-        if self._backend is None:
-            full_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            self._record(text, full_ids, reused=0, tokenized=len(text))
-            return self.last  # type: ignore[return-value]
-
-        old_text, old_ids, old_cut_chars, old_cut_ids = self._state
-        common = common_prefix_length(old_text, text)
-        cut = bisect.bisect_right(old_cut_chars, common)
-        if cut:
-            start_char, start_ids = old_cut_chars[cut - 1], old_cut_ids[cut - 1]
-        else:
-            start_char, start_ids = 0, 0
-        ids, cut_chars, cut_ids = old_ids[:start_ids], old_cut_chars[:cut], old_cut_ids[:cut]
-        tail = text[start_char:]
-        # encode_batch, not encode: it releases the GIL for a text holding added tokens
-        # (a chat template's), so renders in the pool do not stall the event loop.
-        encoding = self._backend.encode_batch([tail], add_special_tokens=False)[0]
-        boundary_ids = self._boundary_ids
-        for token_id, (_, end) in zip(encoding.ids, encoding.offsets, strict=True):
-            ids.append(token_id)
-            if token_id in boundary_ids:
-                cut_chars.append(start_char + end)
-                cut_ids.append(len(ids))
-        self._record(text, ids, reused=start_ids, tokenized=len(tail), cuts=(cut_chars, cut_ids))
-        return self.last  # type: ignore[return-value]
-
-    def _record(
-        self,
-        text: str,
-        ids: list[int],
-        *,
-        reused: int,
-        tokenized: int,
-        cuts: tuple[list[int], list[int]] | None = None,
-    ) -> None:
-        cut_chars, cut_ids = cuts if cuts is not None else ([], [])
-        self._state = (text, ids, cut_chars, cut_ids)
-        self.stats.turns += 1
-        self.stats.reused_tokens += reused
-        self.stats.new_tokens += len(ids) - reused
-        self.stats.tokenized_chars += tokenized
-        self.last = RenderedPrompt(
-            text=text, ids=tuple(ids), reused_tokens=reused, tokenized_chars=tokenized
+        encoder = self._encoder
+        if encoder is None:
+            ids = id_array(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return self._record(_State(ids=ids, rest=text, tokenized=len(text)))
+        old = self._state
+        keep = position = 0
+        for segment in old.segments:
+            if not text.startswith(segment, position):
+                break
+            position += len(segment)
+            keep += 1
+        reused = old.counts[keep - 1] if keep else 0
+        tail = text[position:]
+        new = encoder.encode(tail)
+        ids = old.ids[:reused]
+        if ids.typecode != new.ids.typecode:
+            ids = array(new.ids.typecode, ids)
+        ids.extend(new.ids)
+        counts = old.counts[:keep]
+        counts.extend(reused + count for count in new.counts)
+        state = _State(
+            segments=old.segments[:keep] + tuple(new.segments),
+            counts=counts,
+            ids=ids,
+            rest=new.rest,
+            reused=reused,
+            tokenized=len(tail),
         )
+        return self._record(state)
+
+    def _prompt(self, state: _State) -> RenderedPrompt:
+        prompt = RenderedPrompt(
+            text=(*state.segments, state.rest),
+            ids=state.ids,
+            reused_tokens=state.reused,
+            tokenized_chars=state.tokenized,
+        )
+        self._last = weakref.ref(prompt)
+        return prompt
+
+    def _record(self, state: _State) -> RenderedPrompt:
+        self._state = state
+        self.stats.turns += 1
+        self.stats.reused_tokens += state.reused
+        self.stats.new_tokens += len(state.ids) - state.reused
+        self.stats.tokenized_chars += state.tokenized
+        return self._prompt(state)

@@ -32,6 +32,15 @@ Public API::
     plan.prompt (RenderedPrompt | None), plan.reason, plan.metadata()
     splicer.count(plan); splicer.stats -> Counter  ("spliced" and each fallback reason)
     ledger = SpliceLedger(); ledger.add(index, plan, prompt_ids, output_ids)
+    ledger.digests(messages), ledger.tools_digest(tools)  # reuse what the last record holds
+
+Ids are kept as ``array('I')`` (4 bytes a token): a record holds only its seam and its
+output (the first record shares the prompt array it was given), a turn's prompt ids are
+joined from the records when it is planned, and a request's message digests are reused
+for every message equal to the one the last record holds at its index, so a turn digests
+only its new messages. The seam is tokenized without offsets, cut at its added tokens
+(:mod:`agentrl.adapters.segments`); the probe renders use the compiled template
+(:mod:`agentrl.adapters.templates`).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ import attrs
 
 from agentrl.adapters.keys import loose_key
 from agentrl.adapters.rendering import RenderedPrompt, RenderError, render_text
+from agentrl.adapters.segments import SegmentEncoder, as_id_array, id_array
 from agentrl.trajectory import message_key
 
 if TYPE_CHECKING:
@@ -91,6 +101,7 @@ FALLBACK_REASONS = {
 #: Markers put in a probe assistant message's content (they must differ in every character
 #: so that no common suffix hides inside them).
 _PROBES = ("AGENTRL-SPLICE-PROBE-7Q", "agentrl_splice_probe_3z")
+assert len(_PROBES[0]) == len(_PROBES[1])
 
 
 def check_prompt_mode(value: str, what: str = "prompt_mode") -> str:
@@ -141,10 +152,10 @@ class SpliceRecord:
         while node is not None:
             path.append(node)
             node = node.base
-        ids = array("I")
+        ids = array(self.output.typecode)
         for step in reversed(path):
-            ids.extend(step.head)
-            ids.extend(step.output)
+            for part in (step.head, step.output):
+                ids.extend(part if part.typecode == ids.typecode else part.tolist())
         return ids
 
 
@@ -154,13 +165,35 @@ class SpliceLedger:
 
     records: dict[int, SpliceRecord] = attrs.field(factory=dict)
     by_response: dict[bytes, list[int]] = attrs.field(factory=dict)
-    #: The sequence of the turn added last (the usual base of the next turn), rebuilt once.
-    _latest: tuple[SpliceRecord, array] | None = None
+    #: The conversation the turn added last recorded, and the digest of each message: the
+    #: next request mostly replays it, so only its new or changed messages are digested.
+    _known: tuple[tuple[Mapping[str, Any], ...], tuple[bytes, ...]] = ((), ())
+    _tools: tuple[list[Any] | None, bytes] | None = None
+
+    def tools_digest(self, tools: Sequence[Mapping[str, Any]] | None) -> bytes:
+        """The digest of a tools list (the previous one's when the list is equal)."""
+        value = list(tools) if tools else None
+        if self._tools is not None and self._tools[0] == value:
+            return self._tools[1]
+        digest = _digest(value)
+        self._tools = (value, digest)
+        return digest
+
+    def digests(self, messages: Sequence[Mapping[str, Any]]) -> tuple[bytes, ...]:
+        """A digest of each message; a message equal to the one at its index in the
+        conversation recorded last reuses that message's digest."""
+        known, digests = self._known
+        out = []
+        for position, message in enumerate(messages):
+            if position < len(known) and (message is known[position] or message == known[position]):
+                out.append(digests[position])
+            else:
+                out.append(_digest(message))
+        return tuple(out)
 
     def sequence(self, record: SpliceRecord) -> array:
-        """``record``'s whole sequence (a fresh array)."""
-        if self._latest is not None and self._latest[0] is record:
-            return array("I", self._latest[1])
+        """``record``'s whole sequence (a fresh array, joined from the records' pieces:
+        each id is held once, by the record that added it)."""
         return record.sequence()
 
     def add(
@@ -174,11 +207,9 @@ class SpliceLedger:
     ) -> SpliceRecord:
         """Record turn ``index`` (prompt as sent, sampled ids, the assistant message recorded
         and the prompt messages recorded with it)."""
-        output = array("I", output_ids)
-        if plan.base is not None:
-            head = array("I", plan.seam_ids)
-        else:
-            head = array("I", prompt_ids)
+        output = id_array(output_ids)
+        # The first prompt is shared with the caller's (read-only by convention) array.
+        head = as_id_array(plan.seam_ids if plan.base is not None else prompt_ids)
         record = SpliceRecord(
             index=index,
             base=plan.base,
@@ -189,11 +220,30 @@ class SpliceLedger:
             conversation=(*messages, response),
         )
         self.records[index] = record
-        self.by_response.setdefault(_digest(response), []).append(index)
-        sequence = array("I", prompt_ids)
-        sequence.extend(output)
-        self._latest = (record, sequence)
+        response_digest = _digest(response)
+        self.by_response.setdefault(response_digest, []).append(index)
+        self._known = (
+            record.conversation,
+            (*self._conversation_digests(plan, messages), response_digest),
+        )
         return record
+
+    def _conversation_digests(
+        self, plan: SplicePlan, messages: Sequence[Mapping[str, Any]]
+    ) -> list[bytes]:
+        """Digests of the recorded prompt messages: the plan's for the request's own
+        messages, the previous record's for the ones restored from it, else computed."""
+        request = plan.messages
+        known, known_digests = self._known
+        out = []
+        for position, message in enumerate(messages):
+            if position < len(request) and message is request[position]:
+                out.append(plan.history[position])
+            elif position < len(known) and message is known[position]:
+                out.append(known_digests[position])
+            else:
+                out.append(_digest(message))
+        return out
 
 
 @attrs.frozen(kw_only=True)
@@ -206,11 +256,14 @@ class SplicePlan:
 
     prompt: RenderedPrompt | None = None
     base: SpliceRecord | None = None
-    seam_ids: tuple[int, ...] = ()
+    #: The seam's ids (an ``array('I')``; any int sequence is accepted).
+    seam_ids: Sequence[int] = ()
     reason: str | None = None
     detail: str = ""
     history: tuple[bytes, ...] = ()
     tools: bytes = b""
+    #: The request's messages ``history`` digests (for the ledger; not kept with the turn).
+    messages: Sequence[Mapping[str, Any]] = attrs.field(default=(), repr=False, eq=False)
 
     def metadata(self) -> dict[str, Any]:
         """The recorded turn's ``prompt_mode`` (and ``splice_fallback`` with the reason)."""
@@ -247,9 +300,9 @@ class Splicer:
 
         ``links`` maps a message index to the turn whose minted wire id it replayed.
         """
-        history = tuple(_digest(m) for m in messages)
-        tools_digest = _digest(list(tools) if tools else None)
-        fallback = attrs.evolve(SplicePlan(), history=history, tools=tools_digest)
+        history = ledger.digests(messages)
+        tools_digest = ledger.tools_digest(tools)
+        fallback = SplicePlan(history=history, tools=tools_digest, messages=messages)
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         if last < 0:
             return attrs.evolve(fallback, reason="new_chain")
@@ -267,14 +320,23 @@ class Splicer:
         seam = self._seam_text(messages, last, tools, base.output)
         if isinstance(seam, tuple):
             return self._fallback(fallback, seam[0], sid, index, seam[1])
-        seam_ids = tuple(self.tokenizer(seam, add_special_tokens=False)["input_ids"])
+        seam_ids = self._encode(seam)
         prompt_ids = ledger.sequence(base)
         reused = len(prompt_ids)
+        if prompt_ids.typecode != seam_ids.typecode:
+            prompt_ids = id_array(prompt_ids, seam_ids.typecode)
         prompt_ids.extend(seam_ids)
         prompt = RenderedPrompt(
             text=seam, ids=prompt_ids, reused_tokens=reused, tokenized_chars=len(seam)
         )
         return attrs.evolve(fallback, prompt=prompt, base=base, seam_ids=seam_ids)
+
+    def _encode(self, text: str) -> array:
+        """``text``'s ids, cut at its added-token boundaries (no offsets), or whole."""
+        encoder = SegmentEncoder.for_tokenizer(self.tokenizer)
+        if encoder is not None:
+            return encoder.ids(text)
+        return id_array(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def count(self, plan: SplicePlan) -> None:
         """Count one recorded turn's outcome in :attr:`stats`."""
@@ -315,8 +377,8 @@ class Splicer:
         output: Sequence[int],
     ) -> str | tuple[str, str]:
         """The text after the last assistant message's sampled output, or (reason, detail)."""
-        after = []
-        before = []
+        texts: list[str] = []
+        cuts: list[int] = []
         for probe in _PROBES:
             probed = [*messages[:last], {"role": "assistant", "content": probe}]
             probed += messages[last + 1 :]
@@ -330,14 +392,16 @@ class Splicer:
                 )
             except RenderError as exc:
                 return "delta_unrenderable", str(exc)
-            if text.count(probe) != 1:
+            cut = text.find(probe)
+            if cut < 0 or text.find(probe, cut + 1) >= 0:
                 return "delta_unrenderable", "the template does not render content verbatim"
-            cut = text.index(probe)
-            before.append(text[:cut])
-            after.append(text[cut + len(probe) :])
-        if after[0] != after[1] or before[0] != before[1]:
+            texts.append(text)
+            cuts.append(cut)
+        # The probes have one length: equal cuts and texts that agree before and after them.
+        (first, second), cut, width = texts, cuts[0], len(_PROBES[0])
+        seam = first[cut + width :]
+        if cuts[1] != cut or second[cut + width :] != seam or not second.startswith(first[:cut]):
             return "delta_unrenderable", "the template's text depends on the message content"
-        seam = after[0]
         trailing = len(output)
         while trailing and output[trailing - 1] in self.stop_ids:
             trailing -= 1

@@ -329,7 +329,7 @@ class Turn:
             tools=self.chat.tools,
             tool_parser=pipeline.tool_parser,
             reasoning_parser=pipeline.reasoning_parser,
-            prompt_tail=prompt.text[-64:],
+            prompt_tail=prompt.tail_text(64),
         )
         return AssistantTurn(
             turn_index=index,
