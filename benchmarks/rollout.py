@@ -1,0 +1,371 @@
+"""Rollouts per minute with a real agent CLI, and where each rollout's CPU goes.
+
+    python benchmarks/rollout.py [--quick] [--concurrency 1,4,8] [--rollouts N]
+                                 [--exec-path fast|chained] [--prewarm on|off]
+
+Goal: a rollout's fixed cost (the sandbox, its execs, git, grading) stays small beside the
+agent's own, so rollouts/min on this machine is bound by the agent CLI, not by agentrl. Each
+rollout is the real Claude Code CLI (``.cache/clis``, ``AGENTRL_CLI_DIR``) in the real
+``local`` sandbox, driven by the scripted SGLang engine through the real middleware, on the
+bundled textstats example task (read, edit, run the tests, finish; the scaleswe grader runs
+the tests again in a fresh sandbox): everything real but the model.
+
+It prints, each with its goal:
+
+- **forks per exec**: processes the sandbox creates for one ``exec`` of ``true``, counted
+  from the sandbox's own pid namespace (its pids are handed out one by one); goal ≤ 2 (the
+  command's supervisor and the command: the floor for a command whose exit code must
+  outlive it). ``--exec-path chained`` measures the chain of shells the sandbox used
+  before (``sh`` → ``setsid`` → ``sh`` → ``setsid`` → ``sh`` → ``bash``, plus two ``mv``).
+- **rollouts/min** at each concurrency (wall clock from the first start to the last end).
+- **per phase** (boot, prepare, install, agent, diff, teardown, grade, finish): wall time
+  and CPU seconds, ours (this process) and the children's (everything else: the CLI,
+  bubblewrap, the sandbox's shells, git, pytest), from a cpuacct cgroup this benchmark
+  moves itself into (every child inherits it), else from ``getrusage`` (children counted
+  only once reaped: totals only). Phases overlap at concurrency > 1, so the split is
+  reported at concurrency 1 and the totals per rollout at every concurrency.
+- **grade start**: seconds from the grade phase's start to the grading sandbox's first
+  command (its boot, unless ``--prewarm on`` booted it while the agent ran); goal ≤ 0.1 s.
+
+The machine is shared and noisy: compare figures from one run (``--exec-path chained`` and
+``--prewarm off`` give the baselines in the same conditions). Figures measured on main
+before this benchmark existed are in ``MAIN_BASELINE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import resource
+import statistics
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from agentrl.graders.scaleswe import ScaleSWEGrader
+from agentrl.graders.tasks import load_tasks
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.rollout import RolloutConfig, run_rollout
+from agentrl.rollout import phases as phases_module
+from agentrl.sandboxes.local import LocalSandbox
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+#: Figures measured on main before this work (2 cores, a shared machine).
+MAIN_BASELINE = {"rollouts/min at 8": 57.0, "cpu s/rollout at 8": 1.68, "forks per exec": 5.0}
+#: The port the middleware's unix socket is relayed to in each sandbox.
+SANDBOX_PORT = 18001
+CORE = "/workspace/textstats/core.py"
+BUGGY = (
+    '    for token in text.split(" "):\n'
+    "        token = token.strip(_PUNCTUATION).lower()\n"
+    "        result.append(token)"
+)
+FIXED = (
+    "    for token in text.split():\n"
+    "        token = token.strip(_PUNCTUATION).lower()\n"
+    "        if token:\n"
+    "            result.append(token)"
+)
+RUN_TESTS = "python -m pytest -q -p no:cacheprovider tests"
+PHASES = ("boot", "prepare", "install", "agent", "diff", "teardown", "grade", "finish")
+
+
+def tool_call(name: str, **arguments: object) -> str:
+    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{call}\n</tool_call>"
+
+
+def solution() -> list[str]:
+    """Read the file, fix it with Edit, run the tests with Bash, finish (as in the tests)."""
+    return [
+        "Let me look at how words are split.\n" + tool_call("Read", file_path=CORE),
+        tool_call("Edit", replace_all=False, file_path=CORE, old_string=BUGGY, new_string=FIXED),
+        tool_call("Bash", command=RUN_TESTS, description="Run the tests"),
+        "The whitespace handling in `words` is fixed and the tests pass.",
+    ]
+
+
+# -- CPU accounting -----------------------------------------------------------------------------
+
+
+class CpuMeter:
+    """CPU seconds of this process, and of this process plus every descendant.
+
+    The total comes from a cpuacct cgroup this process moves itself into (descendants
+    inherit it: the local sandbox moves its processes only in the memory and pids
+    hierarchies); without one, from ``getrusage`` (children counted once reaped).
+    """
+
+    def __init__(self) -> None:
+        self.cgroup: pathlib.Path | None = None
+        base = pathlib.Path("/sys/fs/cgroup/cpuacct")
+        with contextlib.suppress(OSError):
+            if (base / "cpuacct.usage").exists():
+                group = base / f"agentrl-bench-{os.getpid()}"
+                group.mkdir()
+                (group / "cgroup.procs").write_text(str(os.getpid()))
+                self.cgroup = group
+
+    @property
+    def source(self) -> str:
+        return "cpuacct cgroup" if self.cgroup else "getrusage (children once reaped)"
+
+    def read(self) -> tuple[float, float]:
+        """(ours, everything) in CPU seconds."""
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        ours = me.ru_utime + me.ru_stime
+        if self.cgroup is not None:
+            return ours, int((self.cgroup / "cpuacct.usage").read_text()) / 1e9
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ours, ours + kids.ru_utime + kids.ru_stime
+
+    def close(self) -> None:
+        if self.cgroup is None:
+            return
+        with contextlib.suppress(OSError):
+            pathlib.Path("/sys/fs/cgroup/cpuacct/cgroup.procs").write_text(str(os.getpid()))
+            # Reaped processes leave the group; wait for the last sandbox's to go.
+            for _ in range(50):
+                with contextlib.suppress(OSError):
+                    self.cgroup.rmdir()
+                    break
+                time.sleep(0.1)
+
+
+class PhaseClock:
+    """Wall and CPU time per phase, recorded by wrapping ``State.timed`` (the phases' own
+    timer); CPU is attributed to a phase only when one rollout runs at a time."""
+
+    def __init__(self, meter: CpuMeter) -> None:
+        self.meter = meter
+        self.wall: dict[str, list[float]] = defaultdict(list)
+        self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.phase_started: dict[tuple[str, str], float] = {}
+        self._original = phases_module.State.timed
+
+    def install(self) -> None:
+        clock = self
+
+        @contextlib.contextmanager
+        def timed(state: Any, phase: str) -> Iterator[None]:
+            wall0, (ours0, all0) = time.monotonic(), clock.meter.read()
+            clock.phase_started[(state.sid, phase)] = wall0
+            with clock._original(state, phase):
+                yield
+            ours1, all1 = clock.meter.read()
+            clock.wall[phase].append(time.monotonic() - wall0)
+            clock.cpu[phase].append((ours1 - ours0, (all1 - all0) - (ours1 - ours0)))
+
+        phases_module.State.timed = timed  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        phases_module.State.timed = self._original  # type: ignore[method-assign]
+
+
+# -- the stack ----------------------------------------------------------------------------------
+
+
+class Sandboxes:
+    """The rollouts' sandbox factory: records when each sandbox ran its first command."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+        self.first_exec: dict[int, float] = {}
+        self.built: list[LocalSandbox] = []
+
+    def __call__(self, task: Any) -> LocalSandbox:
+        sandbox = LocalSandbox.from_task(task, **self.options)
+        self.built.append(sandbox)
+        first = self.first_exec
+        original = sandbox.run_exec
+
+        async def run_exec(request: Any) -> Any:
+            first.setdefault(id(sandbox), time.monotonic())
+            return await original(request)
+
+        sandbox.run_exec = run_exec  # type: ignore[method-assign]
+        return sandbox
+
+
+def textstats_task() -> Any:
+    rows = load_tasks(REPO / "examples/tasks/scaleswe.jsonl", grader=ScaleSWEGrader())
+    return next(row.task for row in rows if row.task.instance_id == "textstats-1")
+
+
+async def forks_per_exec(options: dict[str, Any], runs: int = 20) -> float:
+    """Processes one ``exec("true")`` creates, from the sandbox's pid namespace counter."""
+    async with LocalSandbox(**options) as sandbox:
+        first = int((await sandbox.exec("echo $$", user="agent")).stdout)
+        for _ in range(runs):
+            await sandbox.exec("true", user="agent")
+        last = int((await sandbox.exec("echo $$", user="agent")).stdout)
+    return (last - first) / (runs + 1)
+
+
+async def batch(
+    concurrency: int,
+    rollouts: int,
+    *,
+    middleware: Any,
+    engine: Any,
+    sandboxes: Sandboxes,
+    harness: Any,
+    task: Any,
+    config: RolloutConfig,
+    clock: PhaseClock,
+) -> dict[str, Any]:
+    gate = asyncio.Semaphore(concurrency)
+    results: list[Any] = []
+    grade_waits: list[float] = []
+
+    async def one() -> None:
+        async with gate:
+            sid = f"bench-{uuid.uuid4().hex[:12]}"
+            for reply in solution():
+                engine.queue(reply, session=sid)
+            before = len(sandboxes.built)
+            result = await run_rollout(
+                task,
+                harness=harness,
+                grader=ScaleSWEGrader(),
+                sandbox_factory=sandboxes,
+                middleware=middleware,
+                config=config,
+                session_id=sid,
+            )
+            results.append(result)
+            grading = [s for s in sandboxes.built[before:] if id(s) in sandboxes.first_exec]
+            started = clock.phase_started.get((sid, "grade"))
+            if started is not None:
+                firsts = [sandboxes.first_exec[id(s)] for s in grading]
+                after = [t - started for t in firsts if t >= started]
+                if after:
+                    grade_waits.append(min(after))
+
+    ours0, all0 = clock.meter.read()
+    started = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(rollouts)))
+    wall = time.monotonic() - started
+    ours1, all1 = clock.meter.read()
+    solved = sum(1 for r in results if r.outcome.value == "solved")
+    if solved != rollouts:
+        bad = next(r for r in results if r.outcome.value != "solved")
+        raise SystemExit(f"a rollout did not solve the task: {bad.outcome} {bad.error}")
+    return {
+        "wall": wall,
+        "per_min": rollouts / wall * 60,
+        "ours": (ours1 - ours0) / rollouts,
+        "all": (all1 - all0) / rollouts,
+        "grade_wait": statistics.median(grade_waits) if grade_waits else float("nan"),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="concurrency 1, 2 rollouts")
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--rollouts", type=int, default=0, help="per concurrency (default 2×)")
+    parser.add_argument("--prewarm", choices=["on", "off"], default="on")
+    args = parser.parse_args()
+    levels = [1] if args.quick else [int(c) for c in args.concurrency.split(",")]
+
+    from transformers import AutoTokenizer
+
+    from agentrl.engines.sglang import SGLangEngine
+    from agentrl.testing.scripted_engine import ScriptedEngine
+    from agentrl.testing.stack import started_middleware
+    from agentrl.tokenizers import qwen_tokenizer_dir
+
+    cli_dir = pathlib.Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
+    if not (cli_dir / "bin" / "claude").exists():
+        raise SystemExit(
+            f"no Claude Code in {cli_dir}: run `agentrl install-clis --dest {cli_dir}`"
+        )
+    binds, cli_path = ClaudeCodeHarness.host_install(cli_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()), local_files_only=True)
+    task = textstats_task()
+    meter = CpuMeter()
+    clock = PhaseClock(meter)
+    extra: dict[str, Any] = {}
+    print("rollout benchmark: Claude Code + scripted engine + local sandbox, textstats task")
+    print(f"  agentrl from {pathlib.Path(phases_module.__file__).parents[2]}")
+    print(f"  prewarm {args.prewarm}, CPU from {meter.source}")
+    forks = await forks_per_exec(extra)
+    print(
+        f"  forks per exec: {forks:.1f}   (goal <= 2; main: {MAIN_BASELINE['forks per exec']:.0f})"
+    )
+    config = RolloutConfig(
+        agent_time_budget=180,
+        eval_timeout=120,
+        middleware_port=SANDBOX_PORT,
+    )
+    harness = ClaudeCodeHarness(cli_path=cli_path, extra_args=(), extra_env={})
+    try:
+        async with ScriptedEngine(tokenizer) as scripted:
+            engine = SGLangEngine(scripted.url)
+            with tempfile.TemporaryDirectory(prefix="agentrl-bench-") as scratch:
+                async with started_middleware(
+                    engine, tokenizer, unix_path=f"{scratch}/mw.sock"
+                ) as middleware:
+                    sandboxes = Sandboxes(
+                        {
+                            "services": {SANDBOX_PORT: middleware.unix_path},
+                            "ro_binds": binds,
+                            "host_python": True,
+                            "state_dir": pathlib.Path(scratch) / "sandboxes",
+                            **extra,
+                        }
+                    )
+                    kw = dict(
+                        middleware=middleware,
+                        engine=scripted,
+                        sandboxes=sandboxes,
+                        harness=harness,
+                        task=task,
+                        config=config,
+                        clock=clock,
+                    )
+                    await batch(1, 1, **kw)  # warm the page cache and the probes
+                    clock.wall.clear(), clock.cpu.clear()
+                    clock.install()
+                    for level in levels:
+                        n = args.rollouts or (2 if args.quick else 2 * level)
+                        if level > 1:
+                            clock.uninstall()
+                        figures = await batch(level, n, **kw)
+                        report(level, n, figures, clock if level == 1 else None)
+                    clock.uninstall()
+            await engine.aclose()
+    finally:
+        meter.close()
+
+
+def report(level: int, n: int, f: dict[str, Any], clock: PhaseClock | None) -> None:
+    base = f" (main: {MAIN_BASELINE['rollouts/min at 8']:.0f})" if level == 8 else ""
+    print(
+        f"  concurrency {level}: {n} rollouts in {f['wall']:.1f}s = {f['per_min']:.1f} rollouts/min"
+        f"{base}; CPU s/rollout {f['all']:.2f} (ours {f['ours']:.2f}); "
+        f"grade start {f['grade_wait']:.3f}s (goal <= 0.1)"
+    )
+    if clock is None:
+        return
+    print(f"    {'phase':<9} {'wall s':>7} {'ours cpu':>9} {'children cpu':>13}")
+    for phase in PHASES:
+        if phase not in clock.wall:
+            continue
+        wall = statistics.median(clock.wall[phase])
+        ours = statistics.median(c[0] for c in clock.cpu[phase])
+        kids = statistics.median(c[1] for c in clock.cpu[phase])
+        print(f"    {phase:<9} {wall:7.3f} {ours:9.3f} {kids:13.3f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
