@@ -87,10 +87,13 @@ run() {
   (
     trap - EXIT
     . "$d/env.sh" || exit 126
-    cd "$AGENTRL_WORKDIR" || exit 1
+    w=$AGENTRL_WORKDIR
     unset AGENTRL_WORKDIR
-    [ $# -eq 0 ] && exec "$setsid" $wrap "$shell" "$d/cmd.sh"
-    exec "$setsid" $wrap "$shell" -c "$1" "${shell##*/}"
+    if [ $# -eq 0 ]; then set -- "$d/cmd.sh"; else set -- -c "$1" "${shell##*/}"; fi
+    cd "$w" 2>/dev/null && exec "$setsid" $wrap "$shell" "$@"
+    [ -n "$wrap" ] || { cd "$w"; exit 1; }
+    # Root may enter what the agent's uid may not: it changes directory once unshared.
+    exec "$setsid" $wrap sh -c 'cd "$1" || exit 1; shift; exec "$@"' sh "$w" "$shell" "$@"
   ) < /dev/null > "$o.out" 2> "$o.err" &
   p=$!
   trap - EXIT
