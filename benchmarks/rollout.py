@@ -59,7 +59,12 @@ from agentrl.sandboxes.local import LocalSandbox
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 #: Figures measured on main before this work (2 cores, a shared machine).
-MAIN_BASELINE = {"rollouts/min at 8": 57.0, "cpu s/rollout at 8": 1.68, "forks per exec": 5.0}
+MAIN_BASELINE = {
+    "rollouts/min at 8": 57.0,
+    "cpu s/rollout at 8": 1.68,
+    "forks per exec": 5.0,
+    "exec cpu ms": 12.7,
+}
 #: The port the middleware's unix socket is relayed to in each sandbox.
 SANDBOX_PORT = 18001
 CORE = "/workspace/textstats/core.py"
@@ -173,22 +178,31 @@ class PhaseClock:
 # -- the stack ----------------------------------------------------------------------------------
 
 
+class NotPrewarmed(LocalSandbox):
+    """The local sandbox with its grading sandbox booted after the agent (``--prewarm off``)."""
+
+    prewarm_grading = False
+
+
 class Sandboxes:
     """The rollouts' sandbox factory: records when each sandbox ran its first command."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], *, prewarm: bool = True) -> None:
         self.options = options
+        self.cls = LocalSandbox if prewarm else NotPrewarmed
         self.first_exec: dict[int, float] = {}
         self.built: list[LocalSandbox] = []
+        self.execs = 0
 
     def __call__(self, task: Any) -> LocalSandbox:
-        sandbox = LocalSandbox.from_task(task, **self.options)
+        sandbox = self.cls.from_task(task, **self.options)
         self.built.append(sandbox)
         first = self.first_exec
         original = sandbox.run_exec
 
         async def run_exec(request: Any) -> Any:
             first.setdefault(id(sandbox), time.monotonic())
+            self.execs += 1
             return await original(request)
 
         sandbox.run_exec = run_exec  # type: ignore[method-assign]
@@ -200,14 +214,24 @@ def textstats_task() -> Any:
     return next(row.task for row in rows if row.task.instance_id == "textstats-1")
 
 
-async def forks_per_exec(options: dict[str, Any], runs: int = 20) -> float:
-    """Processes one ``exec("true")`` creates, from the sandbox's pid namespace counter."""
-    async with LocalSandbox(**options) as sandbox:
+async def exec_cost(meter: CpuMeter, runs: int = 30) -> dict[str, float]:
+    """What one ``exec("true")`` costs: processes created (from the sandbox's pid
+    namespace, whose pids are handed out one by one), wall and CPU milliseconds."""
+    async with LocalSandbox() as sandbox:
+        for _ in range(3):
+            await sandbox.exec("true", user="agent")
         first = int((await sandbox.exec("echo $$", user="agent")).stdout)
+        (ours0, all0), started = meter.read(), time.monotonic()
         for _ in range(runs):
             await sandbox.exec("true", user="agent")
+        (ours1, all1), wall = meter.read(), time.monotonic() - started
         last = int((await sandbox.exec("echo $$", user="agent")).stdout)
-    return (last - first) / (runs + 1)
+    return {
+        "forks": (last - first) / (runs + 1),
+        "wall_ms": wall / runs * 1000,
+        "ours_ms": (ours1 - ours0) / runs * 1000,
+        "children_ms": ((all1 - all0) - (ours1 - ours0)) / runs * 1000,
+    }
 
 
 async def batch(
@@ -251,6 +275,8 @@ async def batch(
                     grade_waits.append(min(after))
 
     ours0, all0 = clock.meter.read()
+    execs0 = sandboxes.execs
+    clock.wall.clear(), clock.cpu.clear()
     started = time.monotonic()
     await asyncio.gather(*(one() for _ in range(rollouts)))
     wall = time.monotonic() - started
@@ -265,6 +291,7 @@ async def batch(
         "ours": (ours1 - ours0) / rollouts,
         "all": (all1 - all0) / rollouts,
         "grade_wait": statistics.median(grade_waits) if grade_waits else float("nan"),
+        "execs": (sandboxes.execs - execs0) / rollouts,
     }
 
 
@@ -294,13 +321,15 @@ async def main() -> None:
     task = textstats_task()
     meter = CpuMeter()
     clock = PhaseClock(meter)
-    extra: dict[str, Any] = {}
     print("rollout benchmark: Claude Code + scripted engine + local sandbox, textstats task")
     print(f"  agentrl from {pathlib.Path(phases_module.__file__).parents[2]}")
     print(f"  prewarm {args.prewarm}, CPU from {meter.source}")
-    forks = await forks_per_exec(extra)
+    cost = await exec_cost(meter)
     print(
-        f"  forks per exec: {forks:.1f}   (goal <= 2; main: {MAIN_BASELINE['forks per exec']:.0f})"
+        f"  exec('true'): {cost['forks']:.1f} processes (goal <= 2; "
+        f"main: {MAIN_BASELINE['forks per exec']:.0f}), {cost['wall_ms']:.1f} ms wall, "
+        f"CPU {cost['children_ms']:.1f} ms in the sandbox (main: "
+        f"{MAIN_BASELINE['exec cpu ms']:.1f}) + {cost['ours_ms']:.1f} ms ours"
     )
     config = RolloutConfig(
         agent_time_budget=180,
@@ -321,8 +350,8 @@ async def main() -> None:
                             "ro_binds": binds,
                             "host_python": True,
                             "state_dir": pathlib.Path(scratch) / "sandboxes",
-                            **extra,
-                        }
+                        },
+                        prewarm=args.prewarm == "on",
                     )
                     kw = dict(
                         middleware=middleware,
@@ -333,38 +362,47 @@ async def main() -> None:
                         config=config,
                         clock=clock,
                     )
-                    await batch(1, 1, **kw)  # warm the page cache and the probes
-                    clock.wall.clear(), clock.cpu.clear()
                     clock.install()
+                    await batch(1, 1, **kw)  # warm the page cache and the probes
                     for level in levels:
                         n = args.rollouts or (2 if args.quick else 2 * level)
-                        if level > 1:
-                            clock.uninstall()
-                        figures = await batch(level, n, **kw)
-                        report(level, n, figures, clock if level == 1 else None)
+                        report(level, n, await batch(level, n, **kw), clock, cost)
                     clock.uninstall()
             await engine.aclose()
     finally:
         meter.close()
 
 
-def report(level: int, n: int, f: dict[str, Any], clock: PhaseClock | None) -> None:
-    base = f" (main: {MAIN_BASELINE['rollouts/min at 8']:.0f})" if level == 8 else ""
+def report(
+    level: int, n: int, f: dict[str, Any], clock: PhaseClock, cost: dict[str, float]
+) -> None:
+    base = MAIN_BASELINE.get(f"rollouts/min at {level}")
     print(
-        f"  concurrency {level}: {n} rollouts in {f['wall']:.1f}s = {f['per_min']:.1f} rollouts/min"
-        f"{base}; CPU s/rollout {f['all']:.2f} (ours {f['ours']:.2f}); "
+        f"  concurrency {level}: {n} rollouts in {f['wall']:.1f}s = {f['per_min']:.1f} "
+        f"rollouts/min" + (f" (main: {base:.0f})" if base else "") + f"; CPU s/rollout "
+        f"{f['all']:.2f} (ours {f['ours']:.2f}); {f['execs']:.0f} execs/rollout; "
         f"grade start {f['grade_wait']:.3f}s (goal <= 0.1)"
     )
-    if clock is None:
-        return
-    print(f"    {'phase':<9} {'wall s':>7} {'ours cpu':>9} {'children cpu':>13}")
+    plumbing = f["execs"] * (cost["children_ms"] + cost["ours_ms"]) / 1000
+    print(
+        f"    agentrl's share of the CPU: its process {f['ours'] / f['all']:.0%} (goal <= 10%), "
+        f"the sandbox's exec plumbing ~{plumbing / f['all']:.0%} (goal <= 5%)"
+    )
+    # CPU is a phase's own only when one rollout runs at a time.
+    split = level == 1
+    head = f"    {'phase':<9} {'wall s':>7}" + (
+        f" {'ours cpu':>9} {'children cpu':>13}" if split else ""
+    )
+    print(head)
     for phase in PHASES:
         if phase not in clock.wall:
             continue
-        wall = statistics.median(clock.wall[phase])
-        ours = statistics.median(c[0] for c in clock.cpu[phase])
-        kids = statistics.median(c[1] for c in clock.cpu[phase])
-        print(f"    {phase:<9} {wall:7.3f} {ours:9.3f} {kids:13.3f}")
+        line = f"    {phase:<9} {statistics.median(clock.wall[phase]):7.3f}"
+        if split:
+            ours = statistics.median(c[0] for c in clock.cpu[phase])
+            kids = statistics.median(c[1] for c in clock.cpu[phase])
+            line += f" {ours:9.3f} {kids:13.3f}"
+        print(line)
 
 
 if __name__ == "__main__":
