@@ -1,35 +1,38 @@
 """Rollouts per minute with a real agent CLI, and where each rollout's CPU goes.
 
     python benchmarks/rollout.py [--quick] [--concurrency 1,4,8] [--rollouts N]
-                                 [--exec-path fast|chained] [--prewarm on|off]
+                                 [--prewarm on|off]
 
 Goal: a rollout's fixed cost (the sandbox, its execs, git, grading) stays small beside the
-agent's own, so rollouts/min on this machine is bound by the agent CLI, not by agentrl. Each
-rollout is the real Claude Code CLI (``.cache/clis``, ``AGENTRL_CLI_DIR``) in the real
-``local`` sandbox, driven by the scripted SGLang engine through the real middleware, on the
-bundled textstats example task (read, edit, run the tests, finish; the scaleswe grader runs
-the tests again in a fresh sandbox): everything real but the model.
+agent's own, so rollouts/min is bound by the agent CLI, not by agentrl. Each rollout is the
+real Claude Code CLI (``.cache/clis``, ``AGENTRL_CLI_DIR``) in the real ``local``
+sandbox, driven by the scripted SGLang engine through the real middleware, on the bundled
+textstats example task (read, edit, run the tests, finish; the scaleswe grader runs the
+tests again in a fresh sandbox): everything real but the model. ``--quick``: concurrency
+1, 2 rollouts.
 
 It prints, each with its goal:
 
-- **forks per exec**: processes the sandbox creates for one ``exec`` of ``true``, counted
-  from the sandbox's own pid namespace (its pids are handed out one by one); goal ≤ 2 (the
-  command's supervisor and the command: the floor for a command whose exit code must
-  outlive it). ``--exec-path chained`` measures the chain of shells the sandbox used
-  before (``sh`` → ``setsid`` → ``sh`` → ``setsid`` → ``sh`` → ``bash``, plus two ``mv``).
-- **rollouts/min** at each concurrency (wall clock from the first start to the last end).
-- **per phase** (boot, prepare, install, agent, diff, teardown, grade, finish): wall time
-  and CPU seconds, ours (this process) and the children's (everything else: the CLI,
-  bubblewrap, the sandbox's shells, git, pytest), from a cpuacct cgroup this benchmark
-  moves itself into (every child inherits it), else from ``getrusage`` (children counted
-  only once reaped: totals only). Phases overlap at concurrency > 1, so the split is
-  reported at concurrency 1 and the totals per rollout at every concurrency.
+- **exec('true')**: the processes the sandbox creates for one exec, counted from its own
+  pid namespace (whose pids are handed out one by one); goal ≤ 2 (the supervisor and the
+  command, the floor for a command whose exit code must outlive it); its wall time and CPU
+  (in the sandbox, and ours).
+- **rollouts/min** at each concurrency (first start to last end), CPU seconds per rollout
+  (everything, and ours), execs per rollout, and agentrl's share of the CPU: its process
+  (goal ≤ 10%) and the exec plumbing, execs × an exec's cost (goal ≤ 5%).
+- **per phase** (boot, prepare, install, agent, diff, teardown, grade, finish): the median
+  wall time; at concurrency 1 also the CPU seconds, ours and the children's (the CLI,
+  bubblewrap, the sandbox's shells, git, pytest). CPU comes from a cpuacct cgroup this
+  benchmark moves itself into (every child inherits it), else from ``getrusage`` (children
+  counted once reaped). Phases overlap at concurrency > 1: there only totals are CPU.
 - **grade start**: seconds from the grade phase's start to the grading sandbox's first
-  command (its boot, unless ``--prewarm on`` booted it while the agent ran); goal ≤ 0.1 s.
+  command: its boot, unless the sandbox was prewarmed while the agent ran
+  (``--prewarm off`` measures without); goal ≤ 0.1 s.
 
-The machine is shared and noisy: compare figures from one run (``--exec-path chained`` and
-``--prewarm off`` give the baselines in the same conditions). Figures measured on main
-before this benchmark existed are in ``MAIN_BASELINE``.
+The baseline: ``MAIN_BASELINE`` (main before this work); run this file with
+``PYTHONPATH=<main checkout>/src`` to measure main itself in the same conditions. On a
+shared machine compare runs made back to back, and trust the exec cost (a micro-figure)
+over rollouts/min.
 """
 
 from __future__ import annotations
@@ -58,12 +61,16 @@ from agentrl.sandboxes.local import LocalSandbox
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-#: Figures measured on main before this work (2 cores, a shared machine).
+#: Figures of main before this work (commit 6cde69f): the issue's (57 rollouts/min at
+#: concurrency 8, 1.68 CPU-s a rollout, measured on a calmer machine) and this benchmark's
+#: own, run against main's source (``PYTHONPATH=main/src``) on a shared 2-core machine at
+#: load 6-18, interleaved with runs of this branch (exec cost; grade start at concurrency 1).
 MAIN_BASELINE = {
     "rollouts/min at 8": 57.0,
     "cpu s/rollout at 8": 1.68,
     "forks per exec": 5.0,
-    "exec cpu ms": 12.7,
+    "exec cpu ms": 13.5,
+    "grade start s": 0.18,
 }
 #: The port the middleware's unix socket is relayed to in each sandbox.
 SANDBOX_PORT = 18001
@@ -381,7 +388,8 @@ def report(
         f"  concurrency {level}: {n} rollouts in {f['wall']:.1f}s = {f['per_min']:.1f} "
         f"rollouts/min" + (f" (main: {base:.0f})" if base else "") + f"; CPU s/rollout "
         f"{f['all']:.2f} (ours {f['ours']:.2f}); {f['execs']:.0f} execs/rollout; "
-        f"grade start {f['grade_wait']:.3f}s (goal <= 0.1)"
+        f"grade start {f['grade_wait']:.3f}s (goal <= 0.1; main: "
+        f"{MAIN_BASELINE['grade start s']:.2f})"
     )
     plumbing = f["execs"] * (cost["children_ms"] + cost["ours_ms"]) / 1000
     print(

@@ -80,7 +80,7 @@ run() {
     if [ -z "$unshare" ]; then
       trap - EXIT
       echo "agentrl: user='root' needs unshare (util-linux) in the sandbox root" > "$o.err"
-      echo 126 > "$o.rc"; echo "$1 126" > "$C/done"; return
+      echo 126 > "$o.rc"; echo "$r 126" > "$C/done"; return
     fi
     wrap="$unshare --map-root-user --"
   fi
@@ -93,7 +93,7 @@ run() {
     cd "$w" 2>/dev/null && exec "$setsid" $wrap "$shell" "$@"
     [ -n "$wrap" ] || { cd "$w"; exit 1; }
     # Root may enter what the agent's uid may not: it changes directory once unshared.
-    exec "$setsid" $wrap sh -c 'cd "$1" || exit 1; shift; exec "$@"' sh "$w" "$shell" "$@"
+    exec "$setsid" $wrap "$shell" -c 'cd "$1" || exit 1; shift; exec "$@"' sh "$w" "$shell" "$@"
   ) < /dev/null > "$o.out" 2> "$o.err" &
   p=$!
   trap - EXIT
