@@ -320,9 +320,8 @@ async def main() -> None:
 
     cli_dir = pathlib.Path(os.environ.get("AGENTRL_CLI_DIR", REPO / ".cache" / "clis"))
     if not (cli_dir / "bin" / "claude").exists():
-        raise SystemExit(
-            f"no Claude Code in {cli_dir}: run `agentrl install-clis --dest {cli_dir}`"
-        )
+        print(f"rollout benchmark SKIPPED: no Claude Code in {cli_dir} (agentrl install-clis)")
+        return
     binds, cli_path = ClaudeCodeHarness.host_install(cli_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()), local_files_only=True)
     task = textstats_task()
