@@ -17,7 +17,7 @@ from aiohttp import web
 
 from agentrl.plugins import get_sandbox
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneError
-from agentrl.sandboxes.local import LocalSandbox, host_python_options, processes_in_namespace
+from agentrl.sandboxes.local import LocalSandbox, host_python_options, proc, processes_in_namespace
 from agentrl.sandboxes.local import fs as _local_fs
 from agentrl.sandboxes.local import limits as _local_limits
 from agentrl.types import Task
@@ -399,6 +399,40 @@ async def test_output_is_capped(state_dir):
     assert "[agentrl: 99000 bytes of output truncated]" in big.stdout
     assert big.stdout.startswith("a" * 500) and big.stdout.endswith("a" * 500)
     assert "bytes of output truncated" in big.stderr
+
+
+async def test_an_exec_costs_the_sandbox_two_processes(state_dir):
+    """``exec("true")`` creates two processes (the supervisor and the command), as agent
+    and as root: the sandbox's pid namespace hands its pids out one by one."""
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        for user in ("agent", "root"):
+            first = int((await sb.exec("echo $$", user=user)).stdout)
+            for _ in range(10):
+                assert (await sb.exec("true", user=user)).ok
+            last = int((await sb.exec("echo $$", user=user)).stdout)
+            assert (last - first) / 11 == 2, user
+
+
+async def test_long_commands_and_the_shell_that_runs_them(state_dir):
+    """A command over the inline limit runs from a file, a short one as ``bash -c``; either
+    way it sees the same environment and exit code, and ``$0`` names the shell."""
+    long = "x=" + "y" * (proc.MAX_INLINE_COMMAND + 10) + "; echo ${#x}; exit 7"
+    async with LocalSandbox(state_dir=state_dir, env={"FOO": "bar"}) as sb:
+        short = await sb.exec("echo $0 $FOO; exit 7", user="agent")
+        big = await sb.exec(long, user="agent")
+    assert (short.exit_code, short.stdout) == (7, "bash bar\n")
+    assert (big.exit_code, big.stdout) == (7, f"{proc.MAX_INLINE_COMMAND + 10}\n")
+
+
+async def test_root_enters_a_workdir_the_agent_uid_cannot(state_dir):
+    """Root changes directory once in its own user namespace, so a workdir the agent made
+    unreadable (mode 000) is still root's; the agent gets cd's error and exit 1."""
+    async with LocalSandbox(state_dir=state_dir) as sb:
+        await sb.exec("mkdir /workspace/locked && chmod 000 /workspace/locked", user="agent")
+        root = await sb.exec("pwd; id -u", user="root", workdir="/workspace/locked")
+        agent = await sb.exec("pwd", user="agent", workdir="/workspace/locked")
+    assert (root.exit_code, root.stdout) == (0, "/workspace/locked\n0\n")
+    assert agent.exit_code == 1 and "can't cd" in agent.stderr
 
 
 # -- lifecycle and bad input ------------------------------------------------------------------

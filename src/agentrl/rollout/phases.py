@@ -3,6 +3,12 @@
 ``Phases.run`` boots the agent sandbox, prepares the workspace, opens the session, runs
 the harness, captures the diff, grades in a fresh sandbox and finishes the session, all
 under the outer guard; ``classify`` turns what happened into a typed outcome.
+
+**Prewarm.** When the backend's idle sandbox is cheap (``Sandbox.prewarm_grading``), the
+grading sandbox boots while the agent runs. It stays fresh: the same factory and boot
+loop make it, nothing runs in it before the grader's first command, it shares nothing
+with the agent's sandbox, and booting earlier only means less of the agent's doing
+exists yet. An unused one is closed; one that failed to boot is replaced by a boot.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl.graders.base import Grader, SandboxFactory, grade_diff, grader_failed
+from agentrl.graders.base import Grader, grade_diff, grader_failed
 from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessContext
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
 from agentrl.sandboxes.base import Sandbox, SandboxError
-from agentrl.sandboxes.boot import Booter, BootError
+from agentrl.sandboxes.boot import Booter, BootError, SandboxFactory
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task, TurnFact
 
@@ -104,6 +110,29 @@ class State:
 
 
 @attrs.define(kw_only=True)
+class PrewarmedBooter(Booter):
+    """A ``Booter`` whose first boot hands out the sandbox ``prewarm`` is booting (or
+    booted); later boots, and a prewarm that failed, boot as usual."""
+
+    prewarm: asyncio.Future[Sandbox] | None = None
+
+    async def boot(self, factory: SandboxFactory, task: Task, *, what: str = "sandbox") -> Sandbox:
+        future, self.prewarm = self.prewarm, None
+        if future is not None:
+            try:
+                await asyncio.wait({future})
+            except asyncio.CancelledError:
+                self.prewarm = future  # the rollout's cleanup closes it
+                raise
+            if not future.cancelled() and future.exception() is None:
+                return future.result()
+            logger.info(
+                "the prewarmed %s for %s did not boot; booting another", what, task.instance_id
+            )
+        return await super().boot(factory, task, what=what)
+
+
+@attrs.define(kw_only=True)
 class Phases:
     """One rollout's parts and progress; ``run`` drives the phases."""
 
@@ -119,6 +148,8 @@ class Phases:
     state: State
     #: The middleware session, once opened; its turn facts stay readable after it closes.
     session: Session | None = None
+    #: The grading boot holding the sandbox booting while the agent runs (module docstring).
+    prewarm: PrewarmedBooter | None = None
 
     async def run(self) -> tuple[list[TurnFact], list[TrainingSample]]:
         """Run every phase under the guard; returns the session's turn facts and the samples.
@@ -170,21 +201,52 @@ class Phases:
     async def _agent_and_grade(self) -> None:
         state = self.state
         try:
-            await self._agent()
-        except Failure as failure:
-            state.fail(failure.outcome, str(failure))
-            state.policy_failed = state.outcome is Outcome.AGENT_ERROR
-            state.traceback = state.traceback or failure.trace
+            try:
+                await self._agent()
+            except Failure as failure:
+                state.fail(failure.outcome, str(failure))
+                state.policy_failed = state.outcome is Outcome.AGENT_ERROR
+                state.traceback = state.traceback or failure.trace
+                return
+            with state.timed("grade"):
+                state.grade = await self._grade()
+            if state.grade.error is not None:
+                state.fail(
+                    Outcome.GRADER_ERROR, f"grader {self.grader.name!r}: {state.grade.error}"
+                )
+        finally:
+            await asyncio.shield(self._drop_prewarm())
+
+    def _start_prewarm(self, sandbox: Sandbox) -> None:
+        """Boot the grading sandbox now, when the backend says holding it is cheap and the
+        grader boots through the rollout's booter."""
+        if sandbox.prewarm_grading and type(self.grader).grade is Grader.grade:
+            booter = self.booter
+            future = asyncio.ensure_future(
+                booter.boot(self.sandbox_factory, self.task, what="grading sandbox")
+            )
+            self.prewarm = PrewarmedBooter(
+                policy=booter.policy, timeout=booter.timeout, semaphore=booter.semaphore
+            )
+            self.prewarm.prewarm = future
+
+    async def _drop_prewarm(self) -> None:
+        """Close a prewarmed grading sandbox the grader did not take (or stop its boot)."""
+        future = self.prewarm.prewarm if self.prewarm is not None else None
+        if future is None:
             return
-        with state.timed("grade"):
-            state.grade = await self._grade()
-        if state.grade.error is not None:
-            state.fail(Outcome.GRADER_ERROR, f"grader {self.grader.name!r}: {state.grade.error}")
+        self.prewarm.prewarm = None  # type: ignore[union-attr]
+        future.cancel()
+        await asyncio.wait({future})
+        if not future.cancelled() and future.exception() is None:
+            with contextlib.suppress(Exception):
+                await future.result().aclose()
 
     async def _agent(self) -> None:
         state, config, task, harness = self.state, self.config, self.task, self.harness
         with state.timed("boot"):
             sandbox = await self._boot()
+        self._start_prewarm(sandbox)
         try:
             with state.timed("prepare"):
                 # The grader brings the workspace to the task's base (pre_commands and
@@ -305,8 +367,9 @@ class Phases:
         try:
             # The grader times its own test run (and reports it in detail); this outer
             # guard also covers booting and preparing the grading sandbox.
+            booter = self.prewarm or self.booter
             return await asyncio.wait_for(
-                grade_diff(grader, self.task, diff, self.sandbox_factory, booter=self.booter),
+                grade_diff(grader, self.task, diff, self.sandbox_factory, booter=booter),
                 timeout=config.eval_timeout + GRADE_SETUP_MARGIN,
             )
         except asyncio.TimeoutError:

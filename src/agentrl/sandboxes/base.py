@@ -192,6 +192,9 @@ class Sandbox(abc.ABC):
     #: The ``from_task`` options that bind this machine's Python (with pytest) into sandboxes
     #: of image-less tasks (``--host-python``); empty when the backend cannot.
     with_host_python: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    #: True when a started, unused sandbox costs little to hold (no per-second bill, no
+    #: lifetime limit): the rollout then boots the grading sandbox while the agent runs.
+    prewarm_grading: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -2,9 +2,10 @@
 
 The control area is split by who writes it. ``state/ctl``, bound read-only at
 ``/.agentrl/ctl``, is written only by the host: the ``queue`` and ``done`` FIFOs, each
-request's ``req/ID/{cmd.sh,env.sh,user}`` and ``in/NAME`` (a ``write_file`` upload).
-``state/out``, bound writable at ``/.agentrl/out``, is everything the sandbox writes:
-``ID.out``, ``ID.err``, ``ID.pgid``, ``ID.kill``, ``ID.rc`` (last, by rename), ``ready``
+request's ``req/ID/{env.sh,user}`` (``cmd.sh`` too for a long command) and ``in/NAME``
+(a ``write_file`` upload). ``state/out``, bound writable at ``/.agentrl/out``, is
+everything the sandbox writes: ``ID.out``, ``ID.err``, ``ID.pgid``, ``ID.kill``, ``ID.rc``
+(last; read only once a newline ends it), ``ready``
 and ``NAME.xfer`` (a ``read_file`` download). The host reaches ``out`` only through one
 directory descriptor (``open_output_dir``) and the ``safe`` primitives: nothing in it is
 followed, blocked on or read past a cap, and every such file operation runs off the event
@@ -34,7 +35,7 @@ from typing import TypeVar
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, SandboxGoneError
 from agentrl.sandboxes.local import proc, safe
 from agentrl.sandboxes.local.bwrap import BwrapProcess
-from agentrl.sandboxes.local.scripts import CTL, INIT_SH, OUT, RUN_SH
+from agentrl.sandboxes.local.scripts import CTL, INIT_SH, OUT
 from agentrl.types import ExecResult
 
 __all__ = ["ControlChannel"]
@@ -42,7 +43,7 @@ __all__ = ["ControlChannel"]
 _T = TypeVar("_T")
 
 #: The files one exec's command leaves in ``out`` (``ID`` + suffix).
-_OUTPUTS = (".out", ".err", ".pgid", ".pgid.tmp", ".kill", ".rc", ".rc.tmp")
+_OUTPUTS = (".out", ".err", ".pgid", ".kill", ".rc")
 
 
 class ControlChannel:
@@ -60,7 +61,6 @@ class ControlChannel:
         os.mkfifo(self.ctl / "queue", 0o600)
         self._done = proc.DoneChannel(self.ctl / "done")
         (state / "bin" / "init.sh").write_text(INIT_SH)
-        (state / "bin" / "run.sh").write_text(RUN_SH)
         self._queue_fd: int | None = None
         self._out_fd: int | None = None
         # The out descriptor is closed only once no thread uses it (never reused under one).

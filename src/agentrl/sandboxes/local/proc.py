@@ -207,11 +207,26 @@ def _write_new(path: pathlib.Path, data: bytes) -> None:
         os.close(fd)
 
 
+#: The longest command passed to the shell as an argument (``bash -c CMD``; Linux takes at
+#: most 128 KiB in one argument); a longer one is a file the shell reads (``cmd.sh``).
+MAX_INLINE_COMMAND = 65536
+
+
 def write_request(req: pathlib.Path, cmd: str, env_script: str, user: str) -> None:
-    """Lay out one exec request for the in-sandbox spawner (in the host-only ``ctl/req``)."""
+    """Lay out one exec request for the in-sandbox supervisor (in the host-only ``ctl/req``).
+
+    ``env.sh`` ends by setting the positional parameters to the command (``set -- CMD``,
+    run as ``bash -c "$1"``), or to nothing when it is long (or holds a NUL): then the
+    shell reads it from ``cmd.sh``.
+    """
     req.mkdir(mode=0o755)
-    _write_new(req / "cmd.sh", (cmd + "\n").encode())
-    _write_new(req / "env.sh", env_script.encode())
+    data = cmd.encode()
+    if len(data) > MAX_INLINE_COMMAND or b"\0" in data:
+        _write_new(req / "cmd.sh", data + b"\n")
+        argv = "set --\n"
+    else:
+        argv = f"set -- {shlex.quote(cmd)}\n"
+    _write_new(req / "env.sh", (env_script + argv).encode())
     _write_new(req / "user", (user + "\n").encode())
 
 

@@ -59,6 +59,7 @@ class LocalSandbox(Sandbox):
 
     name = "local"
     reaches_middleware_over_unix_socket = True
+    prewarm_grading = True
     with_host_python = MappingProxyType({"host_python": True})
 
     def __init__(self, **options: Any) -> None:
