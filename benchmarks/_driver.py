@@ -107,6 +107,20 @@ def responder_for(*, reasoning: bool = False, style: str = "agentrl", delay: flo
     return respond
 
 
+def build_middleware(engine_url: str):
+    """A worker's middleware (module level, so it pickles into a worker process)."""
+    from agentrl.adapters.middleware import Middleware
+    from agentrl.engines.sglang import SGLangEngine
+
+    return Middleware(
+        engine=SGLangEngine(engine_url),
+        tokenizer=load_tokenizer(),
+        tool_parser="hermes",
+        reasoning_parser="qwen3",
+        adapters=["anthropic"],
+    )
+
+
 @attrs.frozen(kw_only=True)
 class Plan:
     """What the child's clients do: one session per token.

@@ -1,0 +1,95 @@
+"""The middleware benchmarks run end to end in their quick mode, and the scripted engine's
+fixed delay they rely on holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agentrl.testing.scripted_engine import ScriptedEngine
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+FIXTURE = (
+    BENCHMARKS.parents[1]
+    / "shared"
+    / "fixtures"
+    / "clients"
+    / "claude_code"
+    / "001_post_v1_messages.json"
+)
+
+
+def _load(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _post_generate(url: str, input_ids: list[int]) -> float:
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        started = time.perf_counter()
+        async with http.post(
+            f"{url}/generate", json={"input_ids": input_ids, "sampling_params": {}}
+        ) as r:
+            assert r.status == 200
+            await r.read()
+        return time.perf_counter() - started
+
+
+async def test_delay_from_arrival_answers_after_the_delay_with_the_work_inside_it():
+    """With delay_from_arrival, a reply answers about `delay` after arrival whatever the
+    body's size (its parsing is inside the delay), not `delay` plus the parsing; a delay
+    shorter than the engine's own work is counted as an overrun."""
+    async with ScriptedEngine(delay_from_arrival=True) as engine:
+        engine.queue(ids=[1, 2], delay=0.3, eos=False)
+        latency = await _post_generate(engine.url, list(range(200_000)))
+        assert 0.3 <= latency < 0.45
+        assert engine.overruns == 0
+        engine.queue(ids=[1], delay=1e-6, eos=False)
+        await _post_generate(engine.url, list(range(200_000)))
+        assert engine.overruns == 1
+
+
+@pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
+def test_middleware_benchmark_quick_mode_reports_every_figure():
+    """`benchmarks/middleware.py --quick` runs (render mode checked against the full render
+    every turn) and reports overhead for each column and the bytes a session holds."""
+    started = time.perf_counter()
+    result = _load("middleware").run(["--quick", "--no-slime"])
+    rows = result["overhead"]["rows"]
+    assert [r["tokens"] for r in rows] == [16_384, 20_480]
+    for row in rows:
+        for column in ("splice", "render", "full"):
+            assert 0 < row[column] < 10_000
+    assert result["held"]["held_bytes"] > 0
+    assert result["held"]["prompt_tokens"] >= 20_480
+    assert time.perf_counter() - started < 30
+
+
+@pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
+def test_load_benchmark_quick_mode_reports_both_modes():
+    """`benchmarks/middleware_load.py --quick` runs both modes with 1 and 2 workers; the
+    2-worker rows run where ShardedMiddleware exists and say so where it does not."""
+    load = _load("middleware_load")
+    started = time.perf_counter()
+    result = load.run(["--quick", "--workers", "1", "2"])
+    by = {(r["mode"], r["workers"]): r["result"] for r in result["rows"]}
+    for mode in ("realistic", "saturation"):
+        one = by[(mode, 1)]
+        assert one["turns"] == one["sessions"] * 3
+        assert one["p99_ms"] >= one["p50_ms"] > 0
+        assert one["turns_per_cpu_s"] > 0
+        two = by[(mode, 2)]
+        if load.shards_class() is None:
+            assert two == "not available on this build"
+        else:
+            assert two["turns"] == two["sessions"] * 3
+    assert time.perf_counter() - started < 30
