@@ -20,6 +20,7 @@ Parent side::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -39,8 +40,10 @@ TEMPLATE = REPO / "tests" / "data" / "qwen3_chat_template.jinja"
 LINES_PER_1750 = 120
 
 
+@functools.cache
 def load_tokenizer():
-    """The Qwen3 tokenizer with its chat template (what every run renders with)."""
+    """The Qwen3 tokenizer with its chat template (what every run renders with; one per
+    process)."""
     from agentrl.tokenizers import build_qwen_tokenizer
 
     return build_qwen_tokenizer(chat_template=TEMPLATE.read_text())

@@ -72,7 +72,7 @@ BASELINE: dict[str, Any] = {
             "slime_cpu": 438.3,
         }
     },
-    "held_bytes": {"splice": 5_397_043},
+    "held_bytes": {"splice": 5_397_043, "render": 9_955_787},
 }
 COLUMNS = ("splice", "render", "full", "slime")
 
@@ -152,7 +152,7 @@ async def agentrl_run(driver: Driver, tokenizer, column: str, args) -> dict[str,
 
 def _column(report, delay: float, inside, cpu, column: str) -> dict[str, Any]:
     turns = len(report.latencies[0])
-    if report.overruns > turns // 10:
+    if report.overruns > max(1, turns // 10):
         raise SystemExit(
             f"{column}: the engine's own work exceeded its {delay * 1e3:.0f} ms delay in "
             f"{report.overruns} of {turns} turns; raise --engine-ms"
@@ -342,7 +342,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--max-tokens", type=int, default=None)
-    parser.add_argument("--engine-ms", type=float, default=150.0, help="fixed engine delay")
+    parser.add_argument(
+        "--engine-ms", type=float, default=None, help="fixed engine delay (150; quick: 50)"
+    )
     parser.add_argument("--slime-src", default=None, help="a slime checkout (for the slime column)")
     parser.add_argument("--no-slime", dest="slime", action="store_false")
     parser.add_argument("--parts", nargs="+", default=["overhead", "held"])
@@ -350,6 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
+    if args.engine_ms is None:
+        args.engine_ms = 50.0 if args.quick else 150.0
     args.max_tokens = args.max_tokens or sizes[-1]
     args.sizes = [s for s in sizes if s <= args.max_tokens]
     if args.slime_src:
@@ -362,9 +366,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure; returns the figures (what ``--json`` prints)."""
     args = parse_args(argv)
-    tokenizer = load_tokenizer()
     started = time.perf_counter()
-    with Driver() as driver:
+    with Driver() as driver:  # the child loads its tokenizer while this process does
+        tokenizer = load_tokenizer()
         overhead = bench_overhead(driver, tokenizer, args) if "overhead" in args.parts else None
         held = [
             asyncio.run(held_run(driver, tokenizer, args, mode))

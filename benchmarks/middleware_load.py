@@ -53,6 +53,7 @@ from _driver import (
     cpu_seconds,
     exclude_driver,
     goal_line,
+    load_tokenizer,
     percentile,
 )
 
@@ -235,6 +236,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     rows = []
     with Driver() as driver:
+        if 1 in args.workers:
+            load_tokenizer()  # while the child loads its own
         for mode in args.modes:
             for workers in args.workers:
                 result = asyncio.run(run_mode(driver, mode, workers, args))

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentrl.testing.scripted_engine import ScriptedEngine
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 FIXTURE = (
@@ -36,28 +36,38 @@ def _load(name: str):
     return module
 
 
-async def _post_generate(url: str, input_ids: list[int]) -> float:
+async def _post_generate(url: str) -> float:
     async with aiohttp.ClientSession(trust_env=False) as http:
         started = time.perf_counter()
         async with http.post(
-            f"{url}/generate", json={"input_ids": input_ids, "sampling_params": {}}
+            f"{url}/generate", json={"input_ids": [1, 2, 3], "sampling_params": {}}
         ) as r:
             assert r.status == 200
             await r.read()
         return time.perf_counter() - started
 
 
+def _working_responder(work_s: float, delay: float):
+    """A responder whose own work (inside the engine's handler) takes ``work_s``."""
+
+    def respond(body, headers):
+        time.sleep(work_s)
+        return ScriptedReply(ids=(7,), delay=delay, eos=False)
+
+    return respond
+
+
 async def test_delay_from_arrival_answers_after_the_delay_with_the_work_inside_it():
-    """With delay_from_arrival, a reply answers about `delay` after arrival whatever the
-    body's size (its parsing is inside the delay), not `delay` plus the parsing; a delay
-    shorter than the engine's own work is counted as an overrun."""
-    async with ScriptedEngine(delay_from_arrival=True) as engine:
-        engine.queue(ids=[1, 2], delay=0.3, eos=False)
-        latency = await _post_generate(engine.url, list(range(200_000)))
-        assert 0.3 <= latency < 0.45
+    """With delay_from_arrival, an engine whose own work takes 0.5 s answers a delay=1 s
+    reply about 1 s after arrival (the work inside the delay), not 1.5 s; a delay shorter
+    than the work is counted as an overrun."""
+    responder = _working_responder(0.5, 1.0)
+    async with ScriptedEngine(responder=responder, delay_from_arrival=True) as engine:
+        latency = await _post_generate(engine.url)
+        assert 1.0 <= latency < 1.4
         assert engine.overruns == 0
-        engine.queue(ids=[1], delay=1e-6, eos=False)
-        await _post_generate(engine.url, list(range(200_000)))
+        engine.responder = _working_responder(0.5, 0.1)
+        assert await _post_generate(engine.url) >= 0.5
         assert engine.overruns == 1
 
 
