@@ -2,19 +2,20 @@
 
 The scripted engine and the load generator (every client) run in a child process
 (``_driver.py``), so the middleware's process does only its own work. The engine answers
-every ``/generate`` exactly ``--gen-s`` after the request reached it (its own parsing
-inside that time); added latency is measured at the client, from the request's first
+every ``/generate`` exactly its mode's generation delay after the request reached it (its
+own parsing inside that time); added latency is measured at the client, from the request's first
 byte to the reply's last byte, minus that known delay. (The old benchmark subtracted the
 engine time the middleware saw, which includes the middleware's own queue.)
 
 Sessions are Claude-Code-shaped (Claude Code's real system prompt and tools, ~13k tokens
 to start); every tool result adds ``--lines`` lines of code (480 lines ~ 7k tokens), so a
-session grows to 128k tokens in ~17 turns.
+session grows past 128k tokens in 18 turns.
 
 - realistic: 256 sessions; per turn, 2 s generation (the engine's fixed delay) and 1 s
   tool think time at the client; session i starts at i * 3 s / 256 (staggered over one
-  turn period, ~85 turns/s in steady state); each runs until its prompt reaches 128k
-  tokens (~55 s of load).
+  turn period: ~85 turns/s offered in steady state); each runs until its prompt reaches
+  128k tokens: 4,608 turns, ~55 s where the middleware keeps up. (Main at 6cde69f cannot:
+  ~50 ms of CPU a turn on the shared 2-core machine, so its run took 12 minutes there.)
 - saturation: 64 sessions, zero think time, a closed loop (every client sends its next
   request as soon as its reply is in), 50 ms engine delay (enough to hold the engine's own
   parsing of a 128k prompt; 64 sessions keep the middleware busy through it), each until
