@@ -47,9 +47,24 @@ test-sglang: deps
 	$(BIN)/pip install -q --target .cache/sglang orjson ipython  # imported by sglang.utils
 	PYTHONPATH=.cache/sglang $(BIN)/python -m pytest -q -m sglang tests/parsers/test_parsers_sglang.py
 
-# Benchmarks print their figures and ratios against a baseline measured in the same run.
+# Benchmarks print their figures, each with its goal and a [PASS]/[MISS] mark where it has
+# one; a summary of the marks and of any benchmark that failed comes last (the whole output
+# is kept in .cache/bench/bench.txt). The ones named in BENCH_ORDER run first, in that
+# order, then any other benchmarks/*.py. SLIME_SRC: a slime checkout, for the slime column.
+BENCH_ORDER ?= middleware middleware_load rendering trajectory middleware_stall yield rollout sandbox_local
+SLIME_SRC ?=
 bench: deps
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@mkdir -p .cache/bench; out=.cache/bench/bench.txt; : > $$out; seen=""; failed=""; \
+	for b in $(BENCH_ORDER) $$(cd benchmarks && ls *.py | grep -v '^_' | sed 's/\.py$$//'); do \
+	  case " $$seen " in *" $$b "*) continue;; esac; seen="$$seen $$b"; \
+	  f=benchmarks/$$b.py; [ -f $$f ] || continue; \
+	  args=""; if [ $$b = middleware ] && [ -n "$(SLIME_SRC)" ]; then args="--slime-src $(SLIME_SRC)"; fi; \
+	  echo "== $$f $$args" | tee -a $$out; \
+	  { $(BIN)/python $$f $$args 2>&1; echo $$? > .cache/bench/rc; } | tee -a $$out; \
+	  [ "$$(cat .cache/bench/rc)" = 0 ] || failed="$$failed $$b"; \
+	done; \
+	echo; echo "== summary (goals)"; grep -E '\[(PASS|MISS)\]' $$out || echo "  (no goal lines)"; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

@@ -13,7 +13,7 @@ Public API::
     ScriptedReply(text=None, ids=None, finish_reason="stop", logprobs=None, delay=0.0,
                   status=200, error="", eos=None)
     engine = ScriptedEngine(tokenizer=None, *, eos_token_id=None, responder=None,
-                            host="127.0.0.1", port=0)
+                            host="127.0.0.1", port=0, delay_from_arrival=False)
     url = await engine.start(); await engine.close(); async with engine: ...
     engine.url -> str
     engine.queue(text=None, *, ids=None, finish_reason="stop", logprobs=None, delay=0.0,
@@ -40,6 +40,12 @@ answers at once with ``finish_reason`` ``abort`` and the tokens before the abort
 (none). Log-probs are ``scripted_logprob(call_index, position, token_id)`` unless given.
 The health routes answer ``health_status`` (200 by default; SGLang answers 503 while it
 cannot serve) without touching the reply queues.
+
+With ``delay_from_arrival=True`` a reply's ``delay`` counts from the request's arrival, so
+the engine's own work (reading and checking the body, picking the reply) happens inside
+it and a reply with ``delay=D`` answers exactly ``D`` after arrival — a known, fixed
+engine time that a benchmark can subtract from its client's latency. ``engine.overruns``
+counts the replies whose own work took longer than their delay.
 """
 
 from __future__ import annotations
@@ -135,8 +141,11 @@ class ScriptedEngine:
         | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        delay_from_arrival: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
+        self.delay_from_arrival = delay_from_arrival
+        self.overruns = 0
         if eos_token_id is None and tokenizer is not None:
             eos_token_id = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_id = eos_token_id
@@ -287,6 +296,7 @@ class ScriptedEngine:
         )
 
     async def _generate(self, request: web.Request) -> web.Response:
+        arrived = time.perf_counter()
         try:
             body = await request.json()
         except ValueError:
@@ -307,12 +317,17 @@ class ScriptedEngine:
         key = request.headers.get("X-SMG-Routing-Key")
 
         aborted = rid is not None and rid in self._aborted
-        if reply.delay > 0 and not aborted:
+        delay = reply.delay
+        if self.delay_from_arrival and delay > 0:
+            delay -= time.perf_counter() - arrived
+            if delay <= 0:
+                self.overruns += 1
+        if delay > 0 and not aborted:
             event = asyncio.Event()
             if rid is not None:
                 self._abort_events[rid] = event
             try:
-                await asyncio.wait_for(event.wait(), timeout=reply.delay)
+                await asyncio.wait_for(event.wait(), timeout=delay)
                 aborted = True
             except asyncio.TimeoutError:
                 pass

@@ -1,0 +1,114 @@
+"""The middleware benchmarks run end to end in their quick mode, and the scripted engine's
+fixed delay they rely on holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+FIXTURE = (
+    BENCHMARKS.parents[1]
+    / "shared"
+    / "fixtures"
+    / "clients"
+    / "claude_code"
+    / "001_post_v1_messages.json"
+)
+
+#: The quick modes take ~10 s each on a calm 2-core machine; this only catches a runaway.
+QUICK_BOUND_S = 120
+
+
+def _load(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _post_generate(url: str) -> float:
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        started = time.perf_counter()
+        async with http.post(
+            f"{url}/generate", json={"input_ids": [1, 2, 3], "sampling_params": {}}
+        ) as r:
+            assert r.status == 200
+            await r.read()
+        return time.perf_counter() - started
+
+
+def _working_responder(work_s: float, delay: float):
+    """A responder whose own work (inside the engine's handler) takes ``work_s``."""
+
+    def respond(body, headers):
+        time.sleep(work_s)
+        return ScriptedReply(ids=(7,), delay=delay, eos=False)
+
+    return respond
+
+
+async def test_delay_from_arrival_answers_after_the_delay_with_the_work_inside_it():
+    """With delay_from_arrival, an engine whose own work takes 0.5 s answers a delay=1 s
+    reply about 1 s after arrival (the work inside the delay), not 1.5 s; a delay shorter
+    than the work is counted as an overrun."""
+    responder = _working_responder(0.5, 1.0)
+    async with ScriptedEngine(responder=responder, delay_from_arrival=True) as engine:
+        latency = await _post_generate(engine.url)
+        assert 1.0 <= latency < 1.4
+        assert engine.overruns == 0
+        engine.responder = _working_responder(0.5, 0.1)
+        assert await _post_generate(engine.url) >= 0.5
+        assert engine.overruns == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
+def test_middleware_benchmark_quick_mode_reports_every_figure():
+    """`benchmarks/middleware.py --quick` runs (render mode checked against the full render
+    every turn) and reports wall and CPU overhead for each column and the bytes a session
+    holds in each prompt mode (more than its trajectory alone)."""
+    started = time.perf_counter()
+    result = _load("middleware").run(["--quick", "--no-slime"])
+    rows = result["overhead"]["rows"]
+    assert [r["tokens"] for r in rows] == [16_384, 20_480]
+    for row in rows:
+        for column in ("splice", "render", "full"):
+            assert 0 < row[column] < 10_000
+            assert 0 < row[f"{column}_cpu"] < 10_000
+    assert [h["mode"] for h in result["held"]] == ["splice", "render"]
+    for held in result["held"]:
+        assert held["held_bytes"] > held["trajectory_bytes"] > 0
+        assert held["prompt_tokens"] >= 20_480
+    assert time.perf_counter() - started < QUICK_BOUND_S
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
+def test_load_benchmark_quick_mode_reports_both_modes():
+    """`benchmarks/middleware_load.py --quick` runs both modes with 1 and 2 workers; the
+    2-worker rows run where ShardedMiddleware exists and say so where it does not."""
+    load = _load("middleware_load")
+    started = time.perf_counter()
+    result = load.run(["--quick", "--workers", "1", "2"])
+    by = {(r["mode"], r["workers"]): r["result"] for r in result["rows"]}
+    for mode in ("realistic", "saturation"):
+        one = by[(mode, 1)]
+        assert one["turns"] == one["sessions"] * 3
+        assert one["p99_ms"] >= one["p50_ms"] > 0
+        assert one["turns_per_cpu_s"] > 0
+        two = by[(mode, 2)]
+        if load.shards_class() is None:
+            assert two == "not available on this build"
+        else:
+            assert two["turns"] == two["sessions"] * 3
+    assert time.perf_counter() - started < QUICK_BOUND_S
