@@ -357,3 +357,44 @@ def test_drop_session_releases_everything(session):
     assert manager.turn_count("kept") == len(session.turns)
     check_tito(manager.get_trajectory("kept"), session)
     check_released(manager, "kept")
+
+
+def _tree_shape(manager: TrajectoryManager, sid: str) -> tuple:
+    """The session tree as nested tuples: role, key, generated, turn index, children."""
+
+    def shape(node) -> tuple:
+        index = node.tokens.index if node.tokens is not None else None
+        return (node.role, node.key, node.generated, index, tuple(map(shape, node.children)))
+
+    return shape(manager._sessions[sid].root)
+
+
+def _copied(message: dict | None, reverse: bool) -> dict | None:
+    """A fresh, equal copy of ``message`` (keys reversed when ``reverse``)."""
+    if message is None:
+        return None
+    items = list(message.items())
+    return dict(reversed(items) if reverse else items)
+
+
+@PROFILE
+@given(session=sessions(), threshold=THRESHOLDS, reverse=st.booleans())
+def test_cached_message_keys_build_the_same_tree(session, threshold, reverse):
+    """The key cache (messages reused as objects across turns, as the middleware passes
+    them) builds the same tree and samples as keying every message afresh (equal copies,
+    key order optionally reversed, so no object is ever seen twice)."""
+    cached = TrajectoryManager(fork_threshold_tokens=threshold)
+    fresh = TrajectoryManager(fork_threshold_tokens=threshold)
+    for turn in session.turns:
+        for manager, copy in ((cached, False), (fresh, True)):
+            messages = [_copied(m, reverse) for m in turn.messages] if copy else turn.messages
+            response = _copied(turn.response, reverse) if copy else turn.response
+            manager.record_turn(
+                "s",
+                TurnRecord(turn.prompt, turn.output, turn.logprobs, turn.finish),
+                prompt_messages=messages,
+                response_message=response,
+            )
+    assert _tree_shape(cached, "s") == _tree_shape(fresh, "s")
+    assert cached.session_stats("s") == fresh.session_stats("s")
+    assert cached.get_trajectory("s") == fresh.get_trajectory("s")
