@@ -201,9 +201,10 @@ class TrajectoryManager:
         with the turn and reported in the ``turn_metadata`` of every sample holding it.
         An empty ``prompt_messages`` is ignored with a warning (returns None).
 
-        Each message is keyed by its content once: a message object the session's
-        previous turn recorded (in its prompt or as its response) keeps the key it got
-        then, so pass a copy of a message you change in place rather than the object.
+        Each message is keyed by its content once: a message the session's previous turn
+        recorded (in its prompt or as its response), passed again as the same object or
+        as an equal copy at the same position, keeps the key it got then; pass a copy of a
+        message you change in place rather than the object.
         """
         where = f"record_turn(session {sid!r}, turn {self.turn_count(sid) + 1})"
         if not prompt_messages:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "has_tool_calls",
     "message_digest",
     "message_key",
+    "same_key",
 ]
 
 logger = logging.getLogger("agentrl.trajectory")
@@ -51,35 +53,71 @@ def message_digest(message: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(text, digest_size=16).digest()
 
 
-class KeyCache:
-    """The digests of the messages one session's latest turn recorded, by object identity.
+def same_key(a: Any, b: Any) -> bool:
+    """Whether ``message_key(a) == message_key(b)`` holds for certain, without computing them.
 
-    A message object seen in the previous turn (its prompt or its response) is not keyed
-    again; every other message is. It holds references to those objects (so an id is never
-    reused while cached), which the caller keeps alive anyway. A message changed in place
-    after it was recorded keeps its old key: record a copy instead.
+    ``a == b`` (dicts compare whatever their key order, strings in C) and the same JSON
+    types throughout: Python has ``1 == 1.0 == True`` and ``0.0 == -0.0``, JSON does not.
+    False whenever unsure (a type outside JSON's, a dict subclass): the caller keys then.
+    """
+    try:
+        return bool(a == b) and _same_types(a, b)
+    except RecursionError:
+        return False
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is str or a is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str and _same_types(v, b[k]) for k, v in a.items())
+    if kind is list or kind is tuple:
+        return all(map(_same_types, a, b))
+    if kind is float:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return kind is int or kind is bool
+
+
+class KeyCache:
+    """The digests of the messages one session's latest turn recorded.
+
+    A message of the previous turn (its prompt or its response) is not keyed again: the
+    same object (the middleware passes what it recorded), or at the same position a message
+    :func:`same_key` proves equal (a client's fresh copy); every other message is keyed.
+    It holds references to those objects (so an id is never reused while cached), which
+    the caller keeps alive anyway. A message changed in place after it was recorded keeps
+    its old key: record a copy instead.
     """
 
-    __slots__ = ("_by_id",)
+    __slots__ = ("_by_id", "_by_position")
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Any, bytes]] = {}
+        self._by_position: list[tuple[Any, bytes]] = []
 
     def digests(
         self, messages: Sequence[Mapping[str, Any]], response: Mapping[str, Any] | None
     ) -> tuple[list[bytes], bytes | None]:
         """Digests of ``messages`` and ``response``; these objects become the cache."""
-        previous, cached = self._by_id, {}
+        previous, by_position = self._by_id, self._by_position
+        entries: list[tuple[Any, bytes]] = []
         keys = []
-        for message in (*messages, response) if response is not None else messages:
+        for position, message in enumerate(
+            (*messages, response) if response is not None else messages
+        ):
             hit = previous.get(id(message))
-            if hit is not None and hit[0] is message:
-                key = hit[1]
-            else:
-                key = message_digest(message)
-            cached[id(message)] = (message, key)
+            if hit is None or hit[0] is not message:
+                hit = by_position[position] if position < len(by_position) else None
+                if hit is None or not same_key(message, hit[0]):
+                    hit = None
+            key = hit[1] if hit is not None else message_digest(message)
+            entries.append((message, key))
             keys.append(key)
-        self._by_id = cached
+        self._by_id = {id(entry[0]): entry for entry in entries}
+        self._by_position = entries
         if response is None:
             return keys, None
         return keys[:-1], keys[-1]
