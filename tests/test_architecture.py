@@ -29,6 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.settings",
         "agentrl.version",
         "agentrl.retry",
+        "agentrl.jsonio",
     ),
     ("agentrl.trajectory", "agentrl.tokenizers"),
     (

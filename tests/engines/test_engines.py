@@ -58,6 +58,34 @@ async def test_request_body_matches_sglang_generate(client, scripted_engine):
     assert "X-SMG-Routing-Key" not in request.headers
 
 
+async def test_array_ids_are_sent_as_the_same_json_array(client, scripted_engine):
+    """An array('I') prompt (the renderer's compact ids) reaches SGLang as a plain JSON array,
+    with a JSON content type, and big ids survive the encoding."""
+    from array import array
+
+    ids = array("I", [151_643, 0, 2**32 - 1, *range(1000)])
+    scripted_engine.queue(ids=[5], eos=False)
+    await client.generate(ids, {"max_new_tokens": 4}, rid="r-2")
+    (request,) = scripted_engine.generate_requests
+    assert request.body["input_ids"] == list(ids)
+    assert request.body["rid"] == "r-2" and request.body["return_logprob"] is True
+    assert request.headers["Content-Type"] == "application/json"
+
+
+def test_generate_payload_is_one_json_object():
+    """generate_payload writes the four fields SGLang reads, whatever sequence holds the ids."""
+    from agentrl.engines.sglang import generate_payload
+
+    for ids in ([1, 2], (1, 2), range(1, 3)):
+        body = json.loads(generate_payload("r", ids, {"stop": ["é"], "n": 1}))
+        assert body == {
+            "rid": "r",
+            "input_ids": [1, 2],
+            "sampling_params": {"stop": ["é"], "n": 1},
+            "return_logprob": True,
+        }
+
+
 async def test_routing_key_header_and_per_session_replies(client, scripted_engine):
     """routing_key becomes X-SMG-Routing-Key, and session-queued replies go to that session."""
     scripted_engine.queue(ids=[11], eos=False, session="sess-a")

@@ -816,3 +816,63 @@ def test_memory_is_released_after_get_trajectory():
     left = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert left < 50_000, f"{left} bytes still held after get_trajectory"
+
+
+# ---------------------------------------------------------------- caches
+
+
+def test_messages_seen_last_turn_are_not_keyed_again(monkeypatch):
+    """A prompt replaying last turn's message objects keys only its new messages."""
+    from agentrl.trajectory import tree
+
+    keyed: list[dict] = []
+    real = tree.message_digest
+    monkeypatch.setattr(tree, "message_digest", lambda m: keyed.append(m) or real(m))
+    tm = TrajectoryManager()
+    history = [S(), U()]
+    for i in range(5):
+        response = A(f"r{i}")
+        tm.record_turn(
+            "s",
+            TurnRecord(render(history), reply(f"r{i}")),
+            prompt_messages=history,
+            response_message=response,
+        )
+        assert len(keyed) == (3 if i == 0 else 2)  # first: S, U, A; then: T and A
+        keyed.clear()
+        history = [*history, response, T(f"t{i}")]
+    (sample,) = tm.get_trajectory("s")
+    assert sample.metadata["trained_turns"] == (1, 2, 3, 4, 5)
+
+
+def test_one_cached_sequence_per_chain():
+    """A linear session holds one full sequence; a sub-agent's branch adds one of its own."""
+    tm = TrajectoryManager()
+    history = [S(), U()]
+    for i in range(4):
+        tm.record_turn(
+            "s",
+            TurnRecord(render(history), reply(f"r{i}")),
+            prompt_messages=history,
+            response_message=A(f"r{i}"),
+        )
+        history = [*history, A(f"r{i}"), T(f"t{i}")]
+        assert tm._sessions["s"].store.cached_turns == [i + 1]
+    sub = [S("sub agent"), U("sub task")]
+    tm.record_turn("s", TurnRecord(render(sub), reply("x")), prompt_messages=sub)
+    assert tm._sessions["s"].store.cached_turns == [4, 5]
+    tm.record_turn("s", TurnRecord(render(history), reply("r4")), prompt_messages=history)
+    assert tm._sessions["s"].store.cached_turns == [5, 6]
+    samples = tm.get_trajectory("s")
+    assert sorted(s.metadata["trained_turns"] for s in samples) == [(1, 2, 3, 4, 6), (5,)]
+
+
+def test_turn_record_keeps_array_ids_as_an_array_copy():
+    """An array('I') prompt stays a compact array in TurnRecord (copied, not aliased)."""
+    from array import array
+
+    ids = array("I", [1, 2, 3])
+    record = TurnRecord(ids, [4], [-0.1])
+    ids.append(9)
+    assert isinstance(record.prompt_ids, array) and list(record.prompt_ids) == [1, 2, 3]
+    assert record.output_ids == (4,) and TurnRecord([1], [2]).prompt_ids == (1,)

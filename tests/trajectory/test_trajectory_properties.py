@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from unittest import mock
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agentrl.trajectory import TrainingSample, TrajectoryManager, TurnRecord
+from agentrl.trajectory import TrainingSample, TrajectoryManager, TurnRecord, tree
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # Own profile names, so a project-wide ``ci`` profile (hypothesis ships one) is not
@@ -357,3 +358,109 @@ def test_drop_session_releases_everything(session):
     assert manager.turn_count("kept") == len(session.turns)
     check_tito(manager.get_trajectory("kept"), session)
     check_released(manager, "kept")
+
+
+def _tree_shape(manager: TrajectoryManager, sid: str) -> tuple:
+    """The session tree as nested tuples: role, key, generated, turn index, children."""
+
+    def shape(node) -> tuple:
+        index = node.tokens.index if node.tokens is not None else None
+        return (node.role, node.key, node.generated, index, tuple(map(shape, node.children)))
+
+    return shape(manager._sessions[sid].root)
+
+
+def _copied(message: dict | None, reverse: bool) -> dict | None:
+    """A fresh, equal copy of ``message`` (keys reversed when ``reverse``)."""
+    if message is None:
+        return None
+    items = list(message.items())
+    return dict(reversed(items) if reverse else items)
+
+
+def _uncached(self, messages, response):
+    """KeyCache.digests without any cache: every message keyed afresh (the reference)."""
+    keys = [tree.message_digest(m) for m in messages]
+    return keys, tree.message_digest(response) if response is not None else None
+
+
+def _record_both(cached, reference, turns) -> None:
+    """Record ``turns`` (messages, response, TurnRecord) cached, and uncached as reference."""
+    for messages, response, record in turns:
+        cached.record_turn("s", record, prompt_messages=messages, response_message=response)
+        with mock.patch.object(tree.KeyCache, "digests", _uncached):
+            reference.record_turn("s", record, prompt_messages=messages, response_message=response)
+
+
+def _assert_same(cached, reference) -> None:
+    assert _tree_shape(cached, "s") == _tree_shape(reference, "s")
+    assert cached.session_stats("s") == reference.session_stats("s")
+    assert cached.get_trajectory("s") == reference.get_trajectory("s")
+
+
+@PROFILE
+@given(
+    session=sessions(),
+    threshold=THRESHOLDS,
+    copy=st.sampled_from(["same objects", "copies", "reordered copies"]),
+)
+def test_cached_message_keys_build_the_same_tree(session, threshold, copy):
+    """The key cache builds the tree and samples that keying every message afresh builds,
+    whether the turns pass the same message objects again (as the middleware does), equal
+    copies (a client's fresh parse) or copies with their keys in another order."""
+    turns = []
+    for turn in session.turns:
+        messages, response = turn.messages, turn.response
+        if copy != "same objects":
+            reverse = copy == "reordered copies"
+            messages = [_copied(m, reverse) for m in messages]
+            response = _copied(response, reverse)
+        record = TurnRecord(turn.prompt, turn.output, turn.logprobs, turn.finish)
+        turns.append((messages, response, record))
+    cached = TrajectoryManager(fork_threshold_tokens=threshold)
+    reference = TrajectoryManager(fork_threshold_tokens=threshold)
+    _record_both(cached, reference, turns)
+    _assert_same(cached, reference)
+
+
+# Values Python calls equal but JSON writes differently, and a few that are the same.
+_LOOKALIKES = [1, 1.0, True, 0, 0.0, -0.0, False, None, "1", [1], [1.0], (1,), {"a": 1}]
+_LOOKALIKES += [{"a": True}, {"a": [0]}, {"a": [False]}, {"a": [-0.0]}, {"a": [0.0]}]
+
+
+@PROFILE
+@given(
+    prompts=st.lists(
+        st.lists(st.sampled_from(range(len(_LOOKALIKES))), min_size=1, max_size=4),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_cache_tells_apart_values_python_calls_equal(prompts):
+    """Messages equal in Python but not in JSON (1, 1.0, True; 0.0, -0.0; nested) get their
+    own keys: a fresh message at a cached position is reused only when its key is certain."""
+    import copy
+
+    turns = []
+    for index, picks in enumerate(prompts):
+        messages = [
+            {"role": "user", "content": "m", "value": copy.deepcopy(_LOOKALIKES[p])} for p in picks
+        ]
+        record = TurnRecord([1, *picks], [2 + index], [-0.5])
+        turns.append((messages, None, record))
+    cached, reference = TrajectoryManager(), TrajectoryManager()
+    _record_both(cached, reference, turns)
+    _assert_same(cached, reference)
+
+
+def test_same_key_is_exact():
+    """same_key says True only where the canonical keys are equal."""
+    from agentrl.trajectory.tree import message_key, same_key
+
+    for a in _LOOKALIKES:
+        for b in _LOOKALIKES:
+            ma, mb = {"v": a}, {"v": b}
+            if same_key(ma, mb):
+                assert message_key(ma) == message_key(mb), (a, b)
+    assert same_key({"a": 1, "b": "x"}, {"b": "x", "a": 1})
+    assert not same_key({"a": float("nan")}, {"a": float("nan")})

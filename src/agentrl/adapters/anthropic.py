@@ -31,6 +31,7 @@ from agentrl.adapters.wire import (
     expect_type,
     fold_system_messages_with_ids,
     function_tool,
+    json_reply,
     positive_int_field,
     sampling_hints,
     send_sse,
@@ -269,7 +270,7 @@ class AnthropicAdapter(Adapter):
             "usage": usage,
         }
         if not chat.stream:
-            return web.json_response(message), recorded
+            return json_reply(message), recorded
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage}}
         start["usage"]["output_tokens"] = 0
         events = [{"type": "message_start", "message": start}, {"type": "ping"}]

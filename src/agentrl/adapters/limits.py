@@ -8,7 +8,7 @@ hostile client:
   counts as :data:`UNBUDGETED_TOKENS`; the ceiling is ``Middleware(max_body_bytes=...)``);
 - :func:`read_body`: the body read only up to that cap (413 without reading further when
   ``Content-Length`` says more);
-- :func:`decode_json` / :func:`check_json`: a body (or a tool call's JSON arguments) nested
+- :func:`decode_json` / :func:`check_json` / :func:`check_depth`: a body (or a tool call's JSON arguments) nested
   deeper than :data:`MAX_JSON_DEPTH` or carrying a lone UTF-16 surrogate (``"\\ud800"``,
   which no tokenizer can encode) is a 400, never a ``RecursionError`` or a
   ``UnicodeEncodeError`` later;
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from agentrl import jsonio
 from agentrl.adapters.base import ProtocolError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "MIN_BODY_BYTES",
     "UNBUDGETED_TOKENS",
     "body_cap",
+    "check_depth",
     "check_json",
     "count_tokens_allowance",
     "decode_json",
@@ -98,7 +100,20 @@ async def read_body(request: web.Request, cap: int) -> bytes:
 
 
 def decode_json(raw: bytes, what: str = "request body") -> Any:
-    """``raw`` parsed as JSON and checked by :func:`check_json`; a 400 otherwise."""
+    """``raw`` parsed as JSON and checked by :func:`check_json`; a 400 otherwise.
+
+    orjson parses it (:func:`agentrl.jsonio.loads_strict`; its strings are valid Unicode,
+    so only the depth is checked); what orjson refuses is parsed by :func:`json.loads` and
+    checked in full, so ``NaN``, a lone surrogate escape or a syntax error meet the same
+    answer as ever.
+    """
+    try:
+        value = jsonio.loads_strict(raw)
+    except ValueError:
+        pass
+    else:
+        check_depth(value, what)
+        return value
     try:
         value = json.loads(raw)
     except RecursionError:
@@ -107,6 +122,25 @@ def decode_json(raw: bytes, what: str = "request body") -> Any:
         raise ProtocolError(400, f"{what} is not valid JSON: {exc}") from None
     check_json(value, what)
     return value
+
+
+def check_depth(value: Any, what: str = "request body") -> None:
+    """A 400 when ``value`` nests objects and arrays deeper than :data:`MAX_JSON_DEPTH`.
+
+    Walks the containers only, one level at a time (strings are not visited).
+    """
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        if depth >= MAX_JSON_DEPTH:
+            raise too_deep(what)
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
+        depth += 1
 
 
 def too_deep(what: str) -> ProtocolError:

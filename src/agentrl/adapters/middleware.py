@@ -43,6 +43,7 @@ from agentrl.adapters.rendering import render_full
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.splice import check_prompt_mode
 from agentrl.adapters.turns import TurnPipeline, TurnTiming, renderable
+from agentrl.adapters.wire import json_reply
 from agentrl.engines.base import Engine
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
 from agentrl.tokenizers import check_chat_template_support
@@ -409,9 +410,7 @@ class Middleware:
                     )
                 )
 
-        return web.json_response(
-            adapter.count_reply(await self.turns.offloader.run(session, count))
-        )
+        return json_reply(adapter.count_reply(await self.turns.offloader.run(session, count)))
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()

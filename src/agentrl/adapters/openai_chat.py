@@ -28,6 +28,7 @@ from agentrl.adapters.wire import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
+    json_reply,
     parse_arguments,
     positive_int_field,
     refuse_logprobs,
@@ -208,7 +209,7 @@ class OpenAIChatAdapter(Adapter):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage,
             }
-            return web.json_response(body), recorded
+            return json_reply(body), recorded
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}

@@ -34,6 +34,7 @@ from agentrl.adapters.wire import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
+    json_reply,
     parse_arguments,
     positive_int_field,
     refuse_logprobs,
@@ -343,7 +344,7 @@ class OpenAIResponsesAdapter(Adapter):
             "usage": usage,
         }
         if not chat.stream:
-            return web.json_response(response_obj), recorded
+            return json_reply(response_obj), recorded
         pending = {**response_obj, "status": "in_progress", "output": [], "usage": None}
         pending["incomplete_details"] = None
         events = [

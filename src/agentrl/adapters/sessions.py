@@ -101,6 +101,8 @@ class Session:
     responses: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     #: recorded messages by :func:`loose_key` (as a client may replay them) -> those turns.
     _by_loose_key: dict[str, set[int]] = attrs.field(factory=dict)
+    #: turn index -> :func:`exact_key` of its recorded message (computed once, not per replay).
+    _exact_keys: dict[int, str] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
     chains: list[Chain] = attrs.field(factory=list)
     #: the recorded turns a spliced prompt can extend (splice mode).
@@ -114,6 +116,7 @@ class Session:
     def record_response(self, turn_index: int, message: dict[str, Any]) -> None:
         """Keep turn ``turn_index``'s recorded assistant message for restoring replays."""
         self.responses[turn_index] = message
+        self._exact_keys[turn_index] = exact_key(message)
         self._by_loose_key.setdefault(loose_key(message), set()).add(turn_index)
 
     def _replayed_turn(self, message: Mapping[str, Any]) -> int | None:
@@ -135,7 +138,7 @@ class Session:
                 for t in turns
                 if stripped(self.responses[t].get("reasoning_content")) == reasoning
             }
-        recorded = {exact_key(self.responses[t]) for t in turns}
+        recorded = {self._exact_keys[t] for t in turns}
         return min(turns) if len(recorded) == 1 else None
 
     def restore_replays(
@@ -169,8 +172,11 @@ class Session:
         for index, turns in sorted(turns_at.items()):
             if len(turns) != 1 or restored[index].get("role") != "assistant":
                 continue
-            recorded = self.responses.get(next(iter(turns)))
-            if recorded is not None and exact_key(restored[index]) != exact_key(recorded):
+            turn = next(iter(turns))
+            recorded = self.responses.get(turn)
+            if recorded is None or restored[index] is recorded:
+                continue
+            if exact_key(restored[index]) != self._exact_keys[turn]:
                 restored[index] = recorded
                 changed.append(index)
         return restored, changed

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentrl import jsonio
 from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.limits import check_json, too_deep
 
@@ -27,6 +28,7 @@ __all__ = [
     "fold_system_messages_with_ids",
     "function_tool",
     "int_field",
+    "json_reply",
     "number_field",
     "parse_arguments",
     "positive_int_field",
@@ -254,11 +256,18 @@ def function_tool(name: str, description: str, parameters: Any) -> dict[str, Any
     }
 
 
+def json_reply(data: Any, *, status: int = 200) -> web.Response:
+    """A JSON reply (``application/json; charset=utf-8``), encoded by :mod:`agentrl.jsonio`."""
+    return web.Response(
+        body=jsonio.dumps(data), status=status, content_type="application/json", charset="utf-8"
+    )
+
+
 def sse_event(event: str | None, data: Any) -> bytes:
     """One server-sent event; ``data`` is JSON-encoded unless it is already a string."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
+    payload = data.encode() if isinstance(data, str) else jsonio.dumps(data)
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + payload + b"\n\n"
 
 
 async def send_sse(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:

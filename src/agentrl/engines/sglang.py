@@ -11,6 +11,7 @@ Public API::
     await engine.abort(rid)      # POST /abort_request {"rid": rid}; never raises
     await engine.aclose()
     DEFAULT_SAMPLING             # what every request starts from (caller's params win)
+    generate_payload(rid, input_ids, sampling_params) -> bytes   # the /generate body
 
 Each call sends ``{"rid", "input_ids", "sampling_params", "return_logprob": true}`` and, for
 a ``routing_key``, the ``X-SMG-Routing-Key`` header (the SGLang router's session
@@ -34,7 +35,6 @@ or any status but 200 raises ``EngineError`` with the reason.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 
+from agentrl import jsonio
 from agentrl.engines.base import (
     TOKEN_EXACT_SAMPLING,
     Engine,
@@ -51,7 +52,7 @@ from agentrl.engines.base import (
     Generation,
 )
 
-__all__ = ["DEFAULT_SAMPLING", "SGLangEngine"]
+__all__ = ["DEFAULT_SAMPLING", "SGLangEngine", "generate_payload"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +60,36 @@ logger = logging.getLogger(__name__)
 DEFAULT_SAMPLING: Mapping[str, Any] = TOKEN_EXACT_SAMPLING
 
 _EXCERPT = 500
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-def _excerpt(text: str) -> str:
-    text = text.strip()
+def _excerpt(body: str | bytes) -> str:
+    if isinstance(body, bytes):
+        body = body[: 4 * _EXCERPT + 4].decode("utf-8", "replace")
+    text = body.strip()
     return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
+
+
+def generate_payload(
+    rid: str, input_ids: Sequence[int], sampling_params: Mapping[str, Any]
+) -> bytes:
+    """The ``/generate`` body: ``{"rid", "input_ids", "sampling_params", "return_logprob"}``.
+
+    The ids are encoded by :func:`agentrl.jsonio.encode_ids` (an ``array('I')`` without a
+    Python ``int`` per id) and spliced in as bytes, so the ~130k ids of a 128k prompt cost
+    well under a millisecond instead of a ``json.dumps`` of a list (~7 ms).
+    """
+    return b"".join(
+        (
+            b'{"rid":',
+            jsonio.dumps(rid),
+            b',"input_ids":',
+            jsonio.encode_ids(input_ids),
+            b',"sampling_params":',
+            jsonio.dumps(dict(sampling_params)),
+            b',"return_logprob":true}',
+        )
+    )
 
 
 class SGLangEngine(Engine):
@@ -123,20 +149,17 @@ class SGLangEngine(Engine):
     ) -> Generation:
         """POST /generate and return exactly what was sampled."""
         rid = rid or uuid.uuid4().hex
-        payload = {
-            "rid": rid,
-            "input_ids": list(input_ids),
-            "sampling_params": {**self.default_sampling, **sampling_params},
-            "return_logprob": True,
-        }
-        headers = {"X-SMG-Routing-Key": routing_key} if routing_key else None
+        payload = generate_payload(rid, input_ids, {**self.default_sampling, **sampling_params})
+        headers = _JSON_HEADERS
+        if routing_key:
+            headers = {**_JSON_HEADERS, "X-SMG-Routing-Key": routing_key}
         started = time.monotonic()
         try:
             async with self._client().post(
-                f"{self.url}/generate", json=payload, headers=headers
+                f"{self.url}/generate", data=payload, headers=headers
             ) as response:
                 status = response.status
-                body = await response.text()
+                body = await response.read()
         except asyncio.CancelledError:
             await self._abort_quietly(rid)
             raise
@@ -160,7 +183,7 @@ class SGLangEngine(Engine):
             )
         return self._parse(body, status, rid, time.monotonic() - started)
 
-    def _parse(self, body: str, status: int, rid: str, latency: float) -> Generation:
+    def _parse(self, body: bytes, status: int, rid: str, latency: float) -> Generation:
         def bad(reason: str) -> EngineError:
             return EngineError(
                 f"SGLang /generate at {self.url} sent a reply agentrl cannot read ({reason}): "
@@ -170,8 +193,8 @@ class SGLangEngine(Engine):
             )
 
         try:
-            data = json.loads(body)
-        except json.JSONDecodeError:
+            data = jsonio.loads(body)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
             raise bad("not JSON") from None
         if isinstance(data, list) and len(data) == 1:
             data = data[0]

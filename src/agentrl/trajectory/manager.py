@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import attrs
 
 from agentrl.trajectory.linearize import DriftKind, linearize
 from agentrl.trajectory.tokens import to_id_array, to_logprob_array
-from agentrl.trajectory.tree import SessionTree, has_tool_calls, message_key
+from agentrl.trajectory.tree import SessionTree, has_tool_calls
 
 __all__ = ["DriftKind", "SessionStats", "TrainingSample", "TrajectoryManager", "TurnRecord"]
 
@@ -35,6 +36,15 @@ def _as_tuple(values: Any) -> tuple[Any, ...]:
     return values if isinstance(values, tuple) else tuple(values)
 
 
+def _as_ids(values: Any) -> tuple[int, ...] | array:
+    """A tuple as it is, an ``array`` copied (a memcpy, not a Python int per id), else a tuple."""
+    if isinstance(values, tuple):
+        return values
+    if isinstance(values, array):
+        return array(values.typecode, values)
+    return tuple(values)
+
+
 @attrs.frozen
 class TurnRecord:
     """What the engine did in one call: the exact prompt, the sampled ids and log-probs.
@@ -42,10 +52,12 @@ class TurnRecord:
     ``output_logprobs`` holds one log-prob per output id; leave it empty only when the
     engine returned none (the turn then trains with 0.0 log-probs and its samples say
     ``missing_logprobs``). ``ill_formed`` marks an output the parser could not read.
+    The ids are kept as a tuple, or as an ``array`` (a copy) when given one, so a 128k
+    prompt in an ``array('I')`` never becomes 128k Python ints.
     """
 
-    prompt_ids: tuple[int, ...] = attrs.field(converter=_as_tuple)
-    output_ids: tuple[int, ...] = attrs.field(converter=_as_tuple)
+    prompt_ids: tuple[int, ...] | array = attrs.field(converter=_as_ids)
+    output_ids: tuple[int, ...] | array = attrs.field(converter=_as_ids)
     output_logprobs: tuple[float, ...] = attrs.field(default=(), converter=_as_tuple)
     finish_reason: str = "stop"
     ill_formed: bool = False
@@ -188,6 +200,11 @@ class TrajectoryManager:
         there is none); they route the turn into the session's tree. ``metadata`` is kept
         with the turn and reported in the ``turn_metadata`` of every sample holding it.
         An empty ``prompt_messages`` is ignored with a warning (returns None).
+
+        Each message is keyed by its content once: a message the session's previous turn
+        recorded (in its prompt or as its response), passed again as the same object or
+        as an equal copy at the same position, keeps the key it got then; pass a copy of a
+        message you change in place rather than the object.
         """
         where = f"record_turn(session {sid!r}, turn {self.turn_count(sid) + 1})"
         if not prompt_messages:
@@ -207,21 +224,19 @@ class TrajectoryManager:
                     f"{where}: output_logprobs has {len(logprobs)} entries but output_ids has "
                     f"{len(output)}; pass exactly one log-prob per sampled token (or none)"
                 )
-        keys, roles = [], []
+        roles = []
         for position, message in enumerate(prompt_messages):
             if not isinstance(message, Mapping):
                 raise ValueError(
                     f"{where}: prompt_messages[{position}] must be a dict, "
                     f"got {type(message).__name__}"
                 )
-            keys.append(message_key(message))
             roles.append(message.get("role"))
         if response_message is not None and not isinstance(response_message, Mapping):
             raise ValueError(
                 f"{where}: response_message must be a dict or None, "
                 f"got {type(response_message).__name__}"
             )
-        response_key = message_key(response_message) if response_message is not None else None
         with self._lock:
             session = self._sessions.get(sid)
             if session is None:
@@ -233,6 +248,7 @@ class TrajectoryManager:
                     "(ask the engine for log-probs, e.g. SGLang return_logprob=true)",
                     where,
                 )
+            keys, response_key = session.keys.digests(prompt_messages, response_message)
             return session.record(
                 keys=keys,
                 roles=roles,

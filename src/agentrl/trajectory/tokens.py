@@ -3,8 +3,8 @@
 A turn's prompt almost always starts with everything an earlier turn already held (its
 prompt and its output). Each :class:`TurnTokens` therefore stores only what its prompt
 adds beyond a *base* turn, as unsigned 32-bit arrays; the full sequence of a turn is rebuilt on
-demand by :class:`TokenStore`, which keeps the few most recently used sequences
-materialised so that rebuilding stays linear in the session length.
+demand by :class:`TokenStore`, which keeps one sequence materialised per chain (the latest
+turn of each, a few chains at most) so that rebuilding stays linear in the session length.
 """
 
 from __future__ import annotations
@@ -153,11 +153,16 @@ class TurnTokens:
 
 
 class TokenStore:
-    """Rebuilds full turn sequences, caching the most recently used few."""
+    """Rebuilds full turn sequences, caching one per chain (``capacity`` chains at most).
+
+    A recorded turn's sequence supersedes that of the turn it continues in its chain (the
+    session tree says which), so a linear session holds one sequence and a session with
+    sub-agents one per branch in use; beyond ``capacity`` the least recently used goes.
+    """
 
     __slots__ = ("_cache", "_capacity")
 
-    def __init__(self, capacity: int = 3) -> None:
+    def __init__(self, capacity: int = 4) -> None:
         self._capacity = capacity
         self._cache: dict[int, tuple[TurnTokens, array]] = {}
 
@@ -165,12 +170,25 @@ class TokenStore:
     def held_bytes(self) -> int:
         return sum(seq.itemsize * len(seq) for _, seq in self._cache.values())
 
-    def remember(self, turn: TurnTokens, sequence: array) -> None:
-        """Keep ``sequence`` (owned by the store from now on) as ``turn``'s sequence."""
-        self._cache.pop(id(turn), None)
-        self._cache[id(turn)] = (turn, sequence)
-        while len(self._cache) > self._capacity:
-            del self._cache[next(iter(self._cache))]
+    @property
+    def cached_turns(self) -> list[int]:
+        """The indices of the turns whose sequences are held, least recently used first."""
+        return [turn.index for turn, _ in self._cache.values()]
+
+    def remember(
+        self, turn: TurnTokens, sequence: array, supersedes: TurnTokens | None = None
+    ) -> None:
+        """Keep ``sequence`` (owned by the store from now on) as ``turn``'s sequence.
+
+        ``supersedes``, the turn ``turn`` continues in its chain, loses its cached sequence.
+        """
+        cache = self._cache
+        cache.pop(id(turn), None)
+        if supersedes is not None:
+            cache.pop(id(supersedes), None)
+        cache[id(turn)] = (turn, sequence)
+        while len(cache) > self._capacity:
+            del cache[next(iter(cache))]
 
     def sequence(self, turn: TurnTokens) -> array:
         """Return ``turn``'s full sequence; the caller must not modify it."""

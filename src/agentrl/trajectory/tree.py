@@ -1,22 +1,35 @@
 """The per-session message tree behind :mod:`agentrl.trajectory`.
 
-Each node holds one chat message, matched by role and content (a canonical JSON key, so
-dict key order does not matter). A recorded turn walks down the tree along its prompt
-messages, mounts whatever does not match as a new branch, and hangs its generated
-assistant message below as a leaf carrying the turn's tokens.
+Each node holds one chat message, matched by role and content: a 16-byte digest of its
+canonical JSON key (:func:`message_key`, so dict key order does not matter). A recorded
+turn walks down the tree along its prompt messages, mounts whatever does not match as a
+new branch, and hangs its generated assistant message below as a leaf carrying the turn's
+tokens. :class:`KeyCache` keys each message object once: the next turn's prompt replays
+the same objects (the middleware passes what it recorded), so only new messages are keyed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from agentrl.trajectory.tokens import TokenStore, TurnTokens, common_prefix_length
 
-__all__ = ["ChainEntry", "MessageNode", "SessionTree", "has_tool_calls", "message_key"]
+__all__ = [
+    "ChainEntry",
+    "KeyCache",
+    "MessageNode",
+    "SessionTree",
+    "has_tool_calls",
+    "message_digest",
+    "message_key",
+    "same_key",
+]
 
 logger = logging.getLogger("agentrl.trajectory")
 
@@ -32,6 +45,82 @@ def message_key(message: Mapping[str, Any]) -> str:
     return json.dumps(
         message, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
     )
+
+
+def message_digest(message: Mapping[str, Any]) -> bytes:
+    """A 16-byte digest of :func:`message_key`: what the tree stores and matches on."""
+    text = message_key(message).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def same_key(a: Any, b: Any) -> bool:
+    """Whether ``message_key(a) == message_key(b)`` holds for certain, without computing them.
+
+    ``a == b`` (dicts compare whatever their key order, strings in C) and the same JSON
+    types throughout: Python has ``1 == 1.0 == True`` and ``0.0 == -0.0``, JSON does not.
+    False whenever unsure (a type outside JSON's, a dict subclass): the caller keys then.
+    """
+    try:
+        return bool(a == b) and _same_types(a, b)
+    except RecursionError:
+        return False
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is str or a is None:
+        return True
+    if kind is dict:
+        return all(type(k) is str and _same_types(v, b[k]) for k, v in a.items())
+    if kind is list or kind is tuple:
+        return all(map(_same_types, a, b))
+    if kind is float:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return kind is int or kind is bool
+
+
+class KeyCache:
+    """The digests of the messages one session's latest turn recorded.
+
+    A message of the previous turn (its prompt or its response) is not keyed again: the
+    same object (the middleware passes what it recorded), or at the same position a message
+    :func:`same_key` proves equal (a client's fresh copy); every other message is keyed.
+    It holds references to those objects (so an id is never reused while cached), which
+    the caller keeps alive anyway. A message changed in place after it was recorded keeps
+    its old key: record a copy instead.
+    """
+
+    __slots__ = ("_by_id", "_by_position")
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, bytes]] = {}
+        self._by_position: list[tuple[Any, bytes]] = []
+
+    def digests(
+        self, messages: Sequence[Mapping[str, Any]], response: Mapping[str, Any] | None
+    ) -> tuple[list[bytes], bytes | None]:
+        """Digests of ``messages`` and ``response``; these objects become the cache."""
+        previous, by_position = self._by_id, self._by_position
+        entries: list[tuple[Any, bytes]] = []
+        keys = []
+        for position, message in enumerate(
+            (*messages, response) if response is not None else messages
+        ):
+            hit = previous.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = by_position[position] if position < len(by_position) else None
+                if hit is None or not same_key(message, hit[0]):
+                    hit = None
+            key = hit[1] if hit is not None else message_digest(message)
+            entries.append((message, key))
+            keys.append(key)
+        self._by_id = {id(entry[0]): entry for entry in entries}
+        self._by_position = entries
+        if response is None:
+            return keys, None
+        return keys[:-1], keys[-1]
 
 
 def has_tool_calls(message: Mapping[str, Any] | None) -> bool:
@@ -58,7 +147,7 @@ class MessageNode:
         self,
         *,
         role: str | None,
-        key: str | None,
+        key: bytes | None,
         tip: TurnTokens | None,
         tokens: TurnTokens | None = None,
     ) -> None:
@@ -69,9 +158,9 @@ class MessageNode:
         # The nearest turn with tokens on the path from the root to here (inclusive).
         self.tip = tokens if tokens is not None else tip
         self.children: list[MessageNode] = []
-        self.by_key: dict[str, MessageNode] = {}
+        self.by_key: dict[bytes, MessageNode] = {}
 
-    def find(self, key: str) -> MessageNode | None:
+    def find(self, key: bytes) -> MessageNode | None:
         return self.by_key.get(key)
 
     def add(self, child: MessageNode) -> MessageNode:
@@ -80,7 +169,7 @@ class MessageNode:
             self.by_key.setdefault(child.key, child)
         return child
 
-    def rekey(self, child: MessageNode, key: str) -> None:
+    def rekey(self, child: MessageNode, key: bytes) -> None:
         """Give ``child`` a new message key, keeping the lookup index consistent."""
         if child.key is not None and self.by_key.get(child.key) is child:
             del self.by_key[child.key]
@@ -98,6 +187,7 @@ class SessionTree:
     __slots__ = (
         "id_bytes",
         "key_bytes",
+        "keys",
         "last_prompt_tokens",
         "last_turn",
         "leaves",
@@ -119,25 +209,26 @@ class SessionTree:
         self.last_prompt_tokens = 0
         self.id_bytes = 0
         self.key_bytes = 0
+        self.keys = KeyCache()
         self.last_turn: TurnTokens | None = None
         self.warned_logprobs = False
 
     @property
     def held_bytes(self) -> int:
-        """Approximate bytes held: id and log-prob buffers, cached sequences, message keys."""
+        """Approximate bytes held: id and log-prob buffers, cached sequences, message digests."""
         return self.id_bytes + self.store.held_bytes + self.key_bytes
 
     def record(
         self,
         *,
-        keys: list[str],
+        keys: list[bytes],
         roles: list[Any],
         prompt: array,
         output: array,
         logprobs: array | None,
         finish_reason: str,
         ill_formed: bool,
-        response_key: str | None,
+        response_key: bytes | None,
         use_tool: bool,
         metadata: dict[str, Any] | None,
         fork_threshold: int,
@@ -166,7 +257,7 @@ class SessionTree:
             metadata=metadata,
         )
         prompt.extend(output)  # ``prompt`` now holds the turn's whole sequence
-        self.store.remember(tokens, prompt)
+        self.store.remember(tokens, prompt, supersedes=node.tip)
         node.add(MessageNode(role="assistant", key=response_key, tip=None, tokens=tokens))
         if response_key is not None:
             self.key_bytes += len(response_key)
@@ -178,7 +269,7 @@ class SessionTree:
         self.id_bytes += tokens.held_bytes
         return index
 
-    def _descend(self, keys: list[str]) -> tuple[MessageNode, int]:
+    def _descend(self, keys: list[bytes]) -> tuple[MessageNode, int]:
         node = self.root
         depth = 0
         while depth < len(keys):
@@ -193,7 +284,7 @@ class SessionTree:
         self,
         node: MessageNode,
         depth: int,
-        keys: list[str],
+        keys: list[bytes],
         roles: list[Any],
         fork_threshold: int,
         index: int,

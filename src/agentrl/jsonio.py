@@ -1,0 +1,111 @@
+"""The one JSON codec of the wire paths: orjson, with the standard library for its refusals.
+
+Request bodies, replies and the engine's ``/generate`` payloads go through here, so the
+choice of library is made once. Everything orjson parses it parses as the standard
+library does, except integers beyond 64 bits, which become floats (as in most JSON
+parsers). What orjson refuses (``NaN`` and ``Infinity`` literals, a lone UTF-16 surrogate
+escape, a byte-order mark, UTF-16 text, numbers overflowing a double) is parsed again by
+:func:`json.loads`, so such a body is accepted, or refused with the same error, as before.
+Likewise what orjson cannot encode (a lone surrogate, an integer beyond 64 bits, a
+non-string key) is encoded by :func:`json.dumps` (ASCII-escaped, so any string is valid
+UTF-8).
+
+Public API::
+
+    loads(data) -> Any                 # bytes or str
+    loads_strict(data) -> Any          # orjson alone: valid UTF-8 JSON only (ValueError)
+    dumps(value, *, default=None) -> bytes     # compact UTF-8
+    dumps_text(value) -> str           # the same, as text
+    encode_ids(ids) -> bytes           # a JSON array of token ids (list, tuple, array('I'))
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["JSONDecodeError", "dumps", "dumps_text", "encode_ids", "loads", "loads_strict"]
+
+#: What :func:`loads` raises for text that is not JSON (a :class:`ValueError`).
+JSONDecodeError = json.JSONDecodeError
+
+_numpy: Any = None
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """``data`` parsed as JSON; :func:`json.loads` decides what orjson refuses.
+
+    Raises what :func:`json.loads` raises: :class:`JSONDecodeError`, ``UnicodeDecodeError``
+    or ``RecursionError`` (nesting beyond ~1000 levels).
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    return json.loads(data)
+
+
+def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
+    """``data`` parsed by orjson alone: RFC 8259 JSON in valid UTF-8, else ``JSONDecodeError``.
+
+    Every string it returns is valid Unicode (no lone surrogate), and nesting is at most
+    1024 levels. :func:`loads` accepts more.
+    """
+    return orjson.loads(data)
+
+
+def dumps(value: Any, *, default: Callable[[Any], Any] | None = None) -> bytes:
+    """``value`` as compact UTF-8 JSON; :func:`json.dumps` encodes what orjson cannot.
+
+    ``default`` converts objects JSON has no type for (as in :func:`json.dumps`).
+    """
+    try:
+        return orjson.dumps(value, default=default)
+    except orjson.JSONEncodeError:
+        pass
+    return json.dumps(value, separators=(",", ":"), default=default).encode("ascii")
+
+
+def dumps_text(value: Any, *, default: Callable[[Any], Any] | None = None) -> str:
+    """:func:`dumps` as a ``str`` (for APIs that take text, such as aiohttp's ``dumps=``)."""
+    return dumps(value, default=default).decode("utf-8")
+
+
+def encode_ids(ids: Sequence[int]) -> bytes:
+    """A JSON array of token ids, without a Python ``int`` per id where that can be avoided.
+
+    A list or tuple is encoded as it is; an ``array('I')`` (or ``'L'``/``'Q'``) through a
+    zero-copy numpy view when numpy is installed (about 10x faster than building a list),
+    else through ``tolist()``; any other sequence through ``list()``.
+    """
+    if isinstance(ids, (list, tuple)):
+        return orjson.dumps(ids)
+    if isinstance(ids, array):
+        view = _numpy_view(ids)
+        if view is not None:
+            return orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(ids.tolist())
+    return orjson.dumps(list(ids))
+
+
+def _numpy_view(ids: array) -> Any:
+    """A numpy view of an unsigned array of ids, or None (no numpy, or another typecode)."""
+    global _numpy
+    if ids.typecode not in "ILQ" or not ids:
+        return None
+    if _numpy is None:
+        try:
+            import numpy
+        except ImportError:
+            _numpy = False
+        else:
+            _numpy = numpy
+    if _numpy is False:
+        return None
+    return _numpy.frombuffer(ids, dtype=f"u{ids.itemsize}")
