@@ -79,7 +79,8 @@ def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
         except aiohttp.ClientError:
             # The worker died mid-reply: the client sees its connection end early.
             logger.warning("%s %s: the worker went away mid-reply", request.method, request.path)
-            request.transport.close() if request.transport is not None else None
+            if request.transport is not None:
+                request.transport.close()
             return response
         finally:
             upstream.release()

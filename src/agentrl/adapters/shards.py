@@ -156,9 +156,9 @@ class _Shard:
                     self.pid = rest[0]
                     self.ready.set_result(rest[0])
                 elif kind == "failed":
-                    self.died(f"middleware worker {self.index} failed to start: {rest[0]}")
                     if not self.ready.done():
-                        self.ready.set_exception(rest[0])
+                        self.ready.set_exception(rest[0])  # start() raises the error itself
+                    self.died(f"middleware worker {self.index} failed to start: {rest[0]}")
                     return
         except (asyncio.IncompleteReadError, ConnectionError, EOFError, pickle.UnpicklingError):
             pass
@@ -325,6 +325,7 @@ class ShardedMiddleware:
             handler_cancellation=True,
             access_log=None,
             auto_decompress=False,
+            shutdown_timeout=5.0,
         )
         await runner.setup()
         try:
@@ -349,11 +350,13 @@ class ShardedMiddleware:
             local, self.local = self.local, None
             await local.close()
             return
+        # The workers first: closing one cancels its in-flight turns, which ends the front's
+        # forwarded requests, so the front then stops at once.
+        shards, self._shards = self._shards, []
+        await asyncio.gather(*(s.stop(self.close_timeout) for s in shards), return_exceptions=True)
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-        shards, self._shards = self._shards, []
-        await asyncio.gather(*(s.stop(self.close_timeout) for s in shards), return_exceptions=True)
         for mirror in self._open.values():
             mirror.closed = True
         self._open.clear()
