@@ -83,7 +83,8 @@ def alive(pid: int) -> bool:
 
 
 def child_pids() -> set[int]:
-    """This process's live children."""
+    """This process's live children (but multiprocessing's resource tracker, which the first
+    ``spawn`` starts and which lives as long as this process)."""
     me = str(os.getpid())
     children = set()
     for entry in os.listdir("/proc"):
@@ -91,5 +92,7 @@ def child_pids() -> set[int]:
             with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as handle:
                 fields = handle.read().split(")")[-1].split()
                 if fields[1] == me and fields[0] != "Z":
-                    children.add(int(entry))
+                    with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                        if b"resource_tracker" not in cmdline.read():
+                            children.add(int(entry))
     return children
