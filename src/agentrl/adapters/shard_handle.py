@@ -15,13 +15,15 @@ import itertools
 import logging
 import pickle
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import attrs
 
 from agentrl.adapters.shard_wire import SessionState, open_stream, recv, send
 from agentrl.types import TurnFact
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["CALL_TIMEOUT", "ShardSession", "WorkerDiedError", "WorkerHandle"]
 

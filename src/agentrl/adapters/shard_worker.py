@@ -1,6 +1,7 @@
 """The main of one worker process of a :class:`~agentrl.adapters.shards.ShardedMiddleware`.
 
-The parent starts it with the ``spawn`` context: ``main(build, index, conn, unix_path)``.
+The parent starts it with the ``spawn`` context:
+``main(build, index, conn, unix_path, log_level)``.
 The worker calls ``build()`` (its own engine client, tokenizer and plugins), adds two
 hooks to the app (every response says which worker served it in ``X-Agentrl-Worker``
 and ``X-Agentrl-Worker-Pid``; after every request of a session the changed counters and
@@ -47,10 +48,19 @@ WORKER_HEADER = "X-Agentrl-Worker"
 WORKER_PID_HEADER = "X-Agentrl-Worker-Pid"
 
 
-def main(build: Callable[[], Middleware], index: int, conn: Any, unix_path: str) -> None:
-    """Run worker ``index`` until the parent closes it or goes away."""
+def main(
+    build: Callable[[], Middleware],
+    index: int,
+    conn: Any,
+    unix_path: str,
+    log_level: int = logging.WARNING,
+) -> None:
+    """Run worker ``index`` until the parent closes it or goes away (logging at the
+    parent's ``agentrl`` level, to stderr)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=os.environ.get("AGENTRL_LOG_LEVEL", "WARNING").upper())
+    logging.basicConfig(
+        level=log_level, format=f"%(asctime)s [worker {index}] %(levelname)s %(name)s: %(message)s"
+    )
     asyncio.run(_Worker(index).run(build, conn, unix_path))
 
 

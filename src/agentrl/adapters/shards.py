@@ -139,7 +139,13 @@ class ShardedMiddleware:
             ours, theirs = context.Pipe(duplex=True)
             process = context.Process(
                 target=shard_worker.main,
-                args=(self.build, index, theirs, path),
+                args=(
+                    self.build,
+                    index,
+                    theirs,
+                    path,
+                    logging.getLogger("agentrl").getEffectiveLevel(),
+                ),
                 name=f"agentrl-middleware-{index}",
                 daemon=True,
             )

@@ -30,6 +30,8 @@ from agentrl.types import Grade, Outcome, Task, TurnFact
 if TYPE_CHECKING:
     from agentrl.adapters.middleware import Middleware
     from agentrl.adapters.sessions import Session
+    from agentrl.adapters.shard_handle import ShardSession
+    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
@@ -111,14 +113,14 @@ class Phases:
     harness: Harness
     grader: Grader
     sandbox_factory: SandboxFactory
-    middleware: Middleware
+    middleware: Middleware | ShardedMiddleware
     config: RolloutConfig
     sampling_params: dict[str, Any]
     booter: Booter
     prompt: str
     state: State
     #: The middleware session, once opened; its turn facts stay readable after it closes.
-    session: Session | None = None
+    session: Session | ShardSession | None = None
 
     async def run(self) -> tuple[list[TurnFact], list[TrainingSample]]:
         """Run every phase under the guard; returns the session's turn facts and the samples.
@@ -140,6 +142,7 @@ class Phases:
             except Exception as exc:
                 self._internal_error(exc)
             try:
+                await self._settle()
                 classify(state, self.turn_facts(), config)
                 if state.session_open:
                     with state.timed("finish"):
@@ -249,6 +252,14 @@ class Phases:
         self.state.session_open = True
         return token
 
+    async def _settle(self) -> None:
+        """Bring the held session up to date with what its finished requests recorded (a
+        sharded middleware's mirror asks the session's worker), then read its counters."""
+        if self.session is not None and not self.session.closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.middleware.settle(self.state.sid), 30)
+        self._count_turns()
+
     def _count_turns(self) -> None:
         """Read the session's turn counters (the held session: it may have been dropped)."""
         if self.session is not None:
@@ -271,12 +282,12 @@ class Phases:
         except Exception as exc:
             raise await self._judge(sandbox, what, exc) from exc
         finally:
-            self._count_turns()
+            await self._settle()
 
     async def _judge(self, sandbox: Sandbox, what: str, exc: Exception) -> Failure:
         state = self.state
         message = f"could not {what}: {type(exc).__name__}: {exc}"
-        self._count_turns()
+        await self._settle()
         if not isinstance(exc, POLICY_REACHABLE_ERRORS):
             logger.exception("rollout %s: an internal error in %r", state.sid, state.phase)
             return Failure(Outcome.INFRA_ERROR, f"internal error: {message}", _trace(exc))
