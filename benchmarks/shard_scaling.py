@@ -162,7 +162,7 @@ async def _measure_front(conn, recipe, workers, body_mb, rounds) -> None:
         token = sm.open_session("front")
         mirror = sm.session("front")
         direct_token = await mirror.opened
-        unix_path = sm._shards[mirror.worker].unix_path  # noqa: SLF001
+        unix_path = sm._shards[mirror.worker].unix_path
         conn.send(("front", (sm.url, token, unix_path, direct_token, body_mb, rounds)))
         loop = asyncio.get_running_loop()
         front, direct = await loop.run_in_executor(None, conn.recv)
@@ -199,9 +199,7 @@ def main() -> None:
     )
     try:
         for workers in (1, args.workers):
-            asyncio.run(
-                _saturate(ours, recipe, workers, args.sessions, args.turns, args.grow)
-            )
+            asyncio.run(_saturate(ours, recipe, workers, args.sessions, args.turns, args.grow))
         if not args.skip_front:
             asyncio.run(_measure_front(ours, recipe, args.workers, args.body_mb, args.rounds))
     finally:
