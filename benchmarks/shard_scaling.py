@@ -185,6 +185,7 @@ def main() -> None:
     parser.add_argument("--grow", type=int, default=8000, help="bytes of tool output a turn")
     parser.add_argument("--body-mb", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=1, help="alternate 1 and N this often")
     parser.add_argument("--skip-front", action="store_true")
     args = parser.parse_args()
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
@@ -198,7 +199,7 @@ def main() -> None:
         reasoning_parser="qwen3",
     )
     try:
-        for workers in (1, args.workers):
+        for workers in (1, args.workers) * args.repeat:
             asyncio.run(_saturate(ours, recipe, workers, args.sessions, args.turns, args.grow))
         if not args.skip_front:
             asyncio.run(_measure_front(ours, recipe, args.workers, args.body_mb, args.rounds))
