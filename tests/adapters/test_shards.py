@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import aiohttp
@@ -194,3 +196,27 @@ def test_in_process_engines_cannot_be_sharded():
     check_shardable("sglang", 4)
     with pytest.raises(ValueError, match="workers"):
         ShardedMiddleware(workers=0, build=failing_build)
+
+
+@pytest.mark.slow
+def test_the_parent_loads_no_tokenizer_for_its_workers(agentrl_qwen_tokenizer_dir):
+    """Starting two workers that each load the Qwen tokenizer leaves transformers and torch
+    out of the parent process (a fresh interpreter, so nothing else loaded them)."""
+    code = (
+        "import asyncio, sys\n"
+        "from agentrl.adapters.recipe import MiddlewareRecipe\n"
+        "from agentrl.adapters.shards import ShardedMiddleware\n"
+        "async def main():\n"
+        f"    recipe = MiddlewareRecipe(engine_url='http://127.0.0.1:9', tokenizer={str(agentrl_qwen_tokenizer_dir)!r})\n"
+        "    sm = ShardedMiddleware(workers=2, build=recipe)\n"
+        "    await sm.start()\n"
+        "    await sm.close()\n"
+        "    print(sorted(m for m in sys.modules if m.split('.')[0] in {'transformers', 'torch', 'tokenizers'}))\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
