@@ -5,7 +5,8 @@
    ``--turns`` turns. Reported: turns/s and p50/p99 client latency, for ``workers=1``
    (the middleware in this process) and ``workers=N`` (N worker processes behind the
    front). The scripted engine and the load generator run in a child process, so this
-   process does only the middleware's (or the front's) work.
+   process does only the middleware's (or the front's) work. The middleware's CPU time
+   (this process and the workers) per turn says what N cores would give on a calm machine.
 2. The front's cost: a ~``--body-mb`` MB body (refused by the worker once read, so only
    the transport is timed) sent alternately through the front and straight to its
    worker's unix socket; the difference of the medians is what the front adds a turn.
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -130,6 +132,18 @@ def _child(conn) -> None:
     asyncio.run(_load(conn))
 
 
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds of this process and of ``pids`` so far."""
+    times = os.times()
+    total = times.user + times.system
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def _pct(values, q):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -142,13 +156,17 @@ async def _saturate(conn, recipe, workers, sessions, turns, grow) -> None:
         tokens = {f"w{workers}-s{i}": sm.open_session(f"w{workers}-s{i}") for i in range(sessions)}
         if workers > 1:
             await asyncio.gather(*(sm.session(sid).opened for sid in tokens))
+        cpu, own = _cpu_seconds(sm.pids), _cpu_seconds(())
         conn.send(("saturate", (sm.url, tokens, turns, grow)))
         loop = asyncio.get_running_loop()
         took, latencies = await loop.run_in_executor(None, conn.recv)
+        cpu, own = _cpu_seconds(sm.pids) - cpu, _cpu_seconds(()) - own
+        front = f", the front {own / len(latencies) * 1e3:.1f} ms of it" if workers > 1 else ""
         print(
             f"workers={workers}: {len(latencies)} turns in {took:.1f}s = "
             f"{len(latencies) / took:.1f} turns/s; latency p50 {_pct(latencies, 0.5) * 1e3:.0f} ms "
-            f"p99 {_pct(latencies, 0.99) * 1e3:.0f} ms",
+            f"p99 {_pct(latencies, 0.99) * 1e3:.0f} ms; middleware CPU "
+            f"{cpu / len(latencies) * 1e3:.1f} ms a turn{front} ({cpu / took:.2f} cores busy)",
             flush=True,
         )
     finally:
