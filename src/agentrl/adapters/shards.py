@@ -5,8 +5,10 @@
     sm = ShardedMiddleware(workers=4, build=build)   # build: picklable, zero-arg -> Middleware
     url = await sm.start(host="127.0.0.1", port=0, unix_path=None)
     token = sm.open_session(sid, sampling_defaults={...}, max_context_tokens=0)
+    sm.session(sid)              # the parent's mirror: turns_started/recorded, turn_facts
+    await sm.settle(sid)         # ... brought up to date by the session's worker
     samples = await sm.finish_session(sid, reward=1.0)     # -> list[TrainingSample]
-    await sm.drop_session(sid); await sm.close()
+    await sm.drop_session(sid); await sm.stats(); sm.pids; await sm.close()
 
 One Python process renders, tokenizes and records every session's turns on one core, so
 a long render delays every other session and throughput stops at one core. Here each
@@ -349,14 +351,19 @@ class ShardedMiddleware:
     # -- the front's routing -----------------------------------------------------------
 
     def _session_of(self, headers: Mapping[str, str]) -> tuple[ShardSession | None, str]:
+        """The session a request names, as the middleware authenticates: the first token
+        (Bearer, then x-api-key) of an open session, else the first of a closed one."""
         auth = headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer ":
-            token = auth[7:].strip()
-            mirror = self._tokens.get(token)
-            if mirror is not None:
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        found = [
+            (m, t)
+            for t in (bearer, headers.get("x-api-key", "").strip())
+            if t and (m := self._tokens.get(t)) is not None
+        ]
+        for mirror, token in found:
+            if not mirror.closed:
                 return mirror, token
-        token = headers.get("x-api-key", "").strip()
-        return self._tokens.get(token), token
+        return found[0] if found else (None, "")
 
     async def _route(self, headers: Any) -> tuple[aiohttp.ClientSession | None, Any]:
         """The worker's pool and the headers to send (the worker's token put in)."""
