@@ -352,6 +352,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_BOOT_CONCURRENCY", "int", _SL, aliases=("SWE_BOOT_CONCURRENCY",), default=16,
        check="positive",
        help="sandboxes booting at once in this process"),
+    _s("AGENTRL_MIDDLEWARE_WORKERS", "int", _SL, default=1, check="positive",
+       help="middleware worker processes (sessions sharded across them by token, each sticky "
+            "to one); 1 serves in the rollout process"),
     _s("AGENTRL_PROMPT_MODE", "str", _SL, default="splice",
        help="how the middleware makes each prompt: splice (extend the chain's exact ids with "
             "the new messages) or render (render the whole conversation every turn)"),

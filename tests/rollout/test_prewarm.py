@@ -18,9 +18,8 @@ from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.retry import RetryPolicy
 from agentrl.rollout import RolloutConfig, run_rollout
-from agentrl.rollout.phases import PrewarmedBooter
 from agentrl.sandboxes.base import Sandbox, SandboxError
-from agentrl.sandboxes.boot import Booter
+from agentrl.sandboxes.boot import Booter, PrewarmedBooter
 from agentrl.sandboxes.local import LocalSandbox
 from agentrl.types import ExecResult, Outcome, Task
 

@@ -370,3 +370,35 @@ async def test_closing_an_e2b_stack_sweeps_only_its_own_leftovers(qwen_tokenizer
             live = {record.sandbox_id for record in server.live_sandboxes()}
             assert live == {spared.sandbox_id}
             await spared.aclose()
+
+
+def test_workers_need_an_engine_served_over_http():
+    """More than one middleware worker with the in-process transformers engine, or fewer
+    than one, fails before anything starts."""
+    with pytest.raises(StackError, match="cannot be shared by worker processes"):
+        Stack(StackOptions(engine="transformers", model_path="/m", tokenizer="/tok", workers=2))
+    with pytest.raises(StackError, match="--workers: expected >= 1"):
+        Stack(StackOptions(engine_url="http://e", tokenizer="/tok", workers=0))
+
+
+@pytest.mark.slow
+async def test_a_stack_with_two_workers_serves_through_a_sharded_middleware(qwen_tokenizer_dir):
+    """``StackOptions.workers=2`` starts two worker processes behind the stack's socket, its
+    recipe carries the stack's options, and closing the stack stops them."""
+    from shard_support import alive
+
+    from agentrl.adapters.shards import ShardedMiddleware
+
+    options = StackOptions(
+        engine_url="http://127.0.0.1:9",
+        tokenizer=str(qwen_tokenizer_dir),
+        prompt_mode="render",
+        workers=2,
+    )
+    async with Stack(options) as stack:
+        assert isinstance(stack.middleware, ShardedMiddleware)
+        assert stack.middleware.workers == 2 and len(stack.middleware.pids) == 2
+        assert stack.middleware.build.prompt_mode == "render"
+        assert stack.engine is None  # each worker has its own engine client
+        pids = stack.middleware.pids
+    assert not any(alive(pid) for pid in pids)

@@ -268,6 +268,11 @@ class Middleware:
         """The open session ``sid`` (KeyError naming it otherwise)."""
         return self._sessions.get(sid)
 
+    async def settle(self, sid: str) -> Session:
+        """The open session ``sid`` with everything its finished requests recorded (here at
+        once; a sharded middleware's mirror asks its worker)."""
+        return self._sessions.get(sid)
+
     def body_limit(self, sid: str) -> int:
         """The largest request body session ``sid`` may send, in bytes (its routes alike)."""
         return body_cap(self._sessions.get(sid).max_context_tokens, self.max_body_bytes)

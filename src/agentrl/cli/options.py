@@ -19,6 +19,15 @@ prompt_mode_option: Callable[[Any], Any] = click.option(
     "'render' renders the whole conversation every turn.",
 )
 
+workers_option: Callable[[Any], Any] = click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Middleware worker processes: sessions are sharded across them by token, each "
+    "session sticky to one (1: serve in this process). Needs an engine served over HTTP.",
+)
+
 
 def parser_options(*, reasoning_default: str | None) -> Callable[[Any], Any]:
     """``--tool-parser`` (default hermes) and ``--reasoning-parser`` (``reasoning_default``)."""

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from agentrl import plugins
-from agentrl.cli.options import parser_options, prompt_mode_option
+from agentrl.cli.options import parser_options, prompt_mode_option, workers_option
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
@@ -132,6 +132,7 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 @prompt_mode_option
 @click.option("-n", "--samples-per-task", default=1, show_default=True, type=click.IntRange(1))
 @click.option("-c", "--concurrency", default=2, show_default=True, type=click.IntRange(1))
+@workers_option
 @click.option("--out", default="runs/rollout", show_default=True, type=click.Path(file_okay=False))
 @click.option("--eval", "evaluation", is_flag=True, help="Evaluate: rewards only, no samples.")
 @click.option("--agent-time-budget", default=1800.0, show_default=True, type=float)
@@ -227,6 +228,7 @@ def rollout_command(**kw: Any) -> None:
             sampling=sampling,
             max_context_tokens=kw["max_context_tokens"],
             boot_concurrency=kw["concurrency"],
+            workers=kw["workers"],
             rollout={
                 "agent_time_budget": kw["agent_time_budget"],
                 "eval_timeout": kw["eval_timeout"],

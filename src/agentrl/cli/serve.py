@@ -25,13 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentrl.cli.options import parser_options, prompt_mode_option
+from agentrl.adapters.shard_handle import WorkerDiedError
+from agentrl.cli.options import parser_options, prompt_mode_option, workers_option
 from agentrl.harnesses.base import ClientSetup
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters.recipe import MiddlewareRecipe
+    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.engines.base import Engine
 
 __all__ = ["serve"]
@@ -63,7 +66,7 @@ def client_instructions(base_url: str, setups: Iterable[ClientSetup]) -> str:
 
 
 async def open_client_sessions(
-    middleware: Middleware, base_url: str, session_options: Mapping[str, Any]
+    middleware: Middleware | ShardedMiddleware, base_url: str, session_options: Mapping[str, Any]
 ) -> dict[str, ClientSetup]:
     """One session per kind of client, by session id, with how to point that client at it.
 
@@ -105,7 +108,7 @@ def build_engine(name: str, url: str | None, model: str | None) -> Engine:
 async def run_server(
     *,
     engine: Engine,
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase | None,
     host: str,
     port: int,
     unix_path: str | None,
@@ -118,15 +121,19 @@ async def run_server(
     stop: asyncio.Event | None = None,
     announce: Any = click.echo,
     warn: Any = None,
+    workers: int = 1,
+    recipe: MiddlewareRecipe | None = None,
 ) -> int:
     """Serve until ``stop`` is set (or a signal arrives); write samples; return their count.
 
-    Raises ``click.ClickException`` when the address cannot be bound; ``warn`` (default:
-    stderr) gets one line when the engine does not answer its health check.
+    With ``workers > 1`` the sessions are served by that many worker processes, each
+    building its middleware from ``recipe`` (``engine`` then only answers the health
+    check here, and ``tokenizer`` is not needed). Raises ``click.ClickException`` when the
+    address cannot be bound or a worker cannot start; ``warn`` (default: stderr) gets one
+    line when the engine does not answer its health check.
     """
-    from agentrl.adapters.middleware import Middleware
     from agentrl.adapters.probes import engine_problem
-    from agentrl.trajectory import TrajectoryManager
+    from agentrl.adapters.shard_wire import tune_gc
 
     if warn is None:
 
@@ -138,13 +145,8 @@ async def run_server(
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    middleware = Middleware(
-        engine=engine,
-        tokenizer=tokenizer,
-        tool_parser=tool_parser,
-        reasoning_parser=reasoning_parser,
-        trajectory=TrajectoryManager(),
-        prompt_mode=prompt_mode,
+    middleware = new_middleware(
+        engine, tokenizer, tool_parser, reasoning_parser, prompt_mode, workers, recipe
     )
     try:
         await middleware.start(host=host, port=port, unix_path=unix_path)
@@ -159,6 +161,13 @@ async def run_server(
             f"cannot listen on {where}: {reason}; choose another --port (or --host / "
             "--unix-socket), or stop what is using it"
         ) from None
+    except Exception as exc:
+        if workers == 1:
+            raise
+        with contextlib.suppress(Exception):
+            await engine.aclose()
+        raise click.ClickException(f"the middleware workers could not start: {exc}") from None
+    tune_gc()  # start-up is over: the collector stops scanning what it loaded
     base_url = middleware.url or f"unix:{unix_path}"
     setups = await open_client_sessions(middleware, base_url, session_options)
     announce(client_instructions(base_url, setups.values()))
@@ -176,9 +185,13 @@ async def run_server(
         output.parent.mkdir(parents=True, exist_ok=True)
         with output.open("w") as handle:
             for sid in setups:
-                samples = await middleware.finish_session(
-                    sid, reward=reward, metadata={"session": sid}
-                )
+                try:
+                    samples = await middleware.finish_session(
+                        sid, reward=reward, metadata={"session": sid}
+                    )
+                except WorkerDiedError as exc:
+                    warn(f"warning: session {sid!r} is lost: {exc}")
+                    continue
                 for sample in samples:
                     handle.write(json.dumps({"session": sid, **sample.to_dict()}) + "\n")
                     count += 1
@@ -187,6 +200,37 @@ async def run_server(
             await engine.aclose()
         announce(f"wrote {count} samples to {output}")
     return count
+
+
+def new_middleware(
+    engine: Engine,
+    tokenizer: PreTrainedTokenizerBase | None,
+    tool_parser: str | None,
+    reasoning_parser: str | None,
+    prompt_mode: str,
+    workers: int,
+    recipe: MiddlewareRecipe | None,
+) -> Middleware | ShardedMiddleware:
+    """The in-process middleware (``workers == 1``) or ``workers`` built from ``recipe``."""
+    if workers > 1:
+        from agentrl.adapters.shards import ShardedMiddleware
+
+        if recipe is None:
+            raise ValueError("workers > 1 needs the recipe every worker builds its middleware from")
+        return ShardedMiddleware(workers=workers, build=recipe)
+    from agentrl.adapters.middleware import Middleware
+    from agentrl.trajectory import TrajectoryManager
+
+    if tokenizer is None:
+        raise ValueError("the in-process middleware needs a tokenizer")
+    return Middleware(
+        engine=engine,
+        tokenizer=tokenizer,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
+        trajectory=TrajectoryManager(),
+        prompt_mode=prompt_mode,
+    )
 
 
 @click.command()
@@ -210,6 +254,7 @@ async def run_server(
 @click.option("--unix-socket", "unix_path", help="Also listen on this unix socket path.")
 @parser_options(reasoning_default="qwen3")
 @prompt_mode_option
+@workers_option
 @click.option(
     "--max-context-tokens",
     default=0,
@@ -251,6 +296,7 @@ def serve(
     tool_parser: str,
     reasoning_parser: str,
     prompt_mode: str,
+    workers: int,
     max_context_tokens: int,
     max_turns: int | None,
     temperature: float | None,
@@ -262,15 +308,28 @@ def serve(
     reward: float,
 ) -> None:
     """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
-    from agentrl.tokenizers import ChatTemplateUnavailableError, TokenizerError, load_tokenizer
+    from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
 
-    try:
-        tokenizer = load_tokenizer(tokenizer_path)
-    except ChatTemplateUnavailableError as exc:
-        raise click.ClickException(str(exc)) from None
-    except TokenizerError as exc:
-        raise click.UsageError(f"--tokenizer: {exc}") from None
+    tokenizer = None
+    if workers == 1:
+        tokenizer = load_serving_tokenizer(tokenizer_path)
+    else:
+        try:
+            check_shardable(engine_name, workers)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        if not Path(tokenizer_path).expanduser().is_dir():
+            raise click.UsageError(f"--tokenizer: {tokenizer_path!r} is not a directory")
     engine = build_engine(engine_name, engine_url, model)
+    recipe = MiddlewareRecipe(
+        engine=engine_name,
+        engine_url=engine_url,
+        model_path=model,
+        tokenizer=tokenizer_path,
+        tool_parser=tool_parser or None,
+        reasoning_parser=reasoning_parser or None,
+        prompt_mode=prompt_mode,
+    )
     sampling = {
         key: value
         for key, value in (
@@ -299,5 +358,19 @@ def serve(
             output=output,
             reward=reward,
             prompt_mode=prompt_mode,
+            workers=workers,
+            recipe=recipe,
         )
     )
+
+
+def load_serving_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """``--tokenizer``'s tokenizer, its errors as click's."""
+    from agentrl.tokenizers import ChatTemplateUnavailableError, TokenizerError, load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except ChatTemplateUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    except TokenizerError as exc:
+        raise click.UsageError(f"--tokenizer: {exc}") from None

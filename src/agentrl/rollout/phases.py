@@ -29,13 +29,15 @@ from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessCo
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
 from agentrl.sandboxes.base import Sandbox, SandboxError
-from agentrl.sandboxes.boot import Booter, BootError, SandboxFactory
+from agentrl.sandboxes.boot import Booter, BootError, PrewarmedBooter, SandboxFactory
 from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task, TurnFact
 
 if TYPE_CHECKING:
     from agentrl.adapters.middleware import Middleware
     from agentrl.adapters.sessions import Session
+    from agentrl.adapters.shard_handle import ShardSession
+    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
@@ -110,29 +112,6 @@ class State:
 
 
 @attrs.define(kw_only=True)
-class PrewarmedBooter(Booter):
-    """A ``Booter`` whose first boot hands out the sandbox ``prewarm`` is booting (or
-    booted); later boots, and a prewarm that failed, boot as usual."""
-
-    prewarm: asyncio.Future[Sandbox] | None = None
-
-    async def boot(self, factory: SandboxFactory, task: Task, *, what: str = "sandbox") -> Sandbox:
-        future, self.prewarm = self.prewarm, None
-        if future is not None:
-            try:
-                await asyncio.wait({future})
-            except asyncio.CancelledError:
-                self.prewarm = future  # the rollout's cleanup closes it
-                raise
-            if not future.cancelled() and future.exception() is None:
-                return future.result()
-            logger.info(
-                "the prewarmed %s for %s did not boot; booting another", what, task.instance_id
-            )
-        return await super().boot(factory, task, what=what)
-
-
-@attrs.define(kw_only=True)
 class Phases:
     """One rollout's parts and progress; ``run`` drives the phases."""
 
@@ -140,14 +119,14 @@ class Phases:
     harness: Harness
     grader: Grader
     sandbox_factory: SandboxFactory
-    middleware: Middleware
+    middleware: Middleware | ShardedMiddleware
     config: RolloutConfig
     sampling_params: dict[str, Any]
     booter: Booter
     prompt: str
     state: State
     #: The middleware session, once opened; its turn facts stay readable after it closes.
-    session: Session | None = None
+    session: Session | ShardSession | None = None
     #: The grading boot holding the sandbox booting while the agent runs (module docstring).
     prewarm: PrewarmedBooter | None = None
 
@@ -171,6 +150,7 @@ class Phases:
             except Exception as exc:
                 self._internal_error(exc)
             try:
+                await self._settle()
                 classify(state, self.turn_facts(), config)
                 if state.session_open:
                     with state.timed("finish"):
@@ -311,6 +291,14 @@ class Phases:
         self.state.session_open = True
         return token
 
+    async def _settle(self) -> None:
+        """Bring the held session up to date with what its finished requests recorded (a
+        sharded middleware's mirror asks the session's worker), then read its counters."""
+        if self.session is not None and not self.session.closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.middleware.settle(self.state.sid), 30)
+        self._count_turns()
+
     def _count_turns(self) -> None:
         """Read the session's turn counters (the held session: it may have been dropped)."""
         if self.session is not None:
@@ -333,12 +321,12 @@ class Phases:
         except Exception as exc:
             raise await self._judge(sandbox, what, exc) from exc
         finally:
-            self._count_turns()
+            await self._settle()
 
     async def _judge(self, sandbox: Sandbox, what: str, exc: Exception) -> Failure:
         state = self.state
         message = f"could not {what}: {type(exc).__name__}: {exc}"
-        self._count_turns()
+        await self._settle()
         if not isinstance(exc, POLICY_REACHABLE_ERRORS):
             logger.exception("rollout %s: an internal error in %r", state.sid, state.phase)
             return Failure(Outcome.INFRA_ERROR, f"internal error: {message}", _trace(exc))

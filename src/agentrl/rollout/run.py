@@ -43,6 +43,7 @@ from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task, TurnFact
 
 if TYPE_CHECKING:
     from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters.shards import ShardedMiddleware
 
 __all__ = ["RolloutResult", "rollout_booter", "run_rollout"]
 
@@ -127,7 +128,7 @@ async def run_rollout(
     harness: Harness,
     grader: Grader,
     sandbox_factory: SandboxFactory,
-    middleware: Middleware,
+    middleware: Middleware | ShardedMiddleware,
     config: RolloutConfig | None = None,
     sampling_params: Mapping[str, Any] | None = None,
     session_id: str | None = None,

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import plugins
+from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
+from agentrl.adapters.shard_wire import tune_gc
 from agentrl.engines.base import EngineLocation, MissingEngineOptionError
 from agentrl.plugin_options import OptionsError, check_option_keys
 from agentrl.rollout.config import RolloutConfig
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.engines.base import Engine
     from agentrl.graders.base import Grader
     from agentrl.harnesses.base import Harness
@@ -132,6 +135,9 @@ class StackOptions:
     fork_threshold_tokens: int = 1024
     reward_split: str = "full"
     boot_concurrency: int = 4
+    #: Middleware worker processes (sessions sharded by token, each one sticky to one
+    #: worker); 1 serves in this process.
+    workers: int = 1
     #: Budgets and prompt of every rollout: a ``RolloutConfig`` or a mapping of its fields.
     #: Its ``eval_timeout`` is the graders' budget; None: ``RolloutConfig()`` and each
     #: grader's own default budget.
@@ -147,6 +153,12 @@ class StackOptions:
     def check(self) -> None:
         """Fail early, before anything starts, on combinations that cannot work."""
         self.check_engine()
+        if self.workers < 1:
+            raise StackError(f"--workers: expected >= 1, got {self.workers}")
+        try:
+            check_shardable(self.engine, self.workers)
+        except ValueError as exc:
+            raise StackError(str(exc)) from None
         if not (self.tokenizer or self.model_path):
             raise StackError("pass --tokenizer PATH (a local tokenizer directory)")
         if not self.over_unix_socket and not self.public_host:
@@ -194,7 +206,7 @@ class Stack:
         options.check()
         self.options = options
         self.engine: Engine | None = None
-        self.middleware: Middleware | None = None
+        self.middleware: Middleware | ShardedMiddleware | None = None
         self.tokenizer: PreTrainedTokenizerBase | None = None
         #: The grader of every task (None for ``auto``: each task's own, see ``grader_for``).
         self.grader: Grader | None = None
@@ -217,22 +229,36 @@ class Stack:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _start(self) -> None:
+    def middleware_recipe(self) -> MiddlewareRecipe:
+        """The middleware every worker builds (``workers > 1``), as picklable values."""
+        o = self.options
+        return MiddlewareRecipe(
+            engine=o.engine,
+            engine_url=o.engine_url,
+            model_path=o.model_path,
+            engine_options=dict(o.engine_options),
+            tokenizer=o.tokenizer or o.model_path,
+            tool_parser=o.tool_parser,
+            reasoning_parser=o.reasoning_parser,
+            prompt_mode=o.prompt_mode,
+            trajectory={
+                "fork_threshold_tokens": o.fork_threshold_tokens,
+                "reward_split": o.reward_split,
+            },
+        )
+
+    def _build_middleware(self) -> Middleware | ShardedMiddleware:
         from agentrl.adapters.middleware import Middleware
-        from agentrl.tokenizers import load_tokenizer
+        from agentrl.adapters.shards import ShardedMiddleware
         from agentrl.trajectory import TrajectoryManager
 
         o = self.options
-        harness_cls = plugins.get_harness(o.harness)
-        self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
-        sandbox_cls = self._sandbox_cls
-        engine_cls = plugins.get_engine(o.engine)
-
-        self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
-        self.engine = engine_cls.from_options(
+        if o.workers > 1:
+            return ShardedMiddleware(workers=o.workers, build=self.middleware_recipe())
+        self.engine = plugins.get_engine(o.engine).from_options(
             o.engine_options, url=o.engine_url, model_path=o.model_path
         )
-        middleware = self.middleware = Middleware(
+        return Middleware(
             engine=self.engine,
             tokenizer=self.tokenizer,
             tool_parser=o.tool_parser,
@@ -242,6 +268,18 @@ class Stack:
                 fork_threshold_tokens=o.fork_threshold_tokens, reward_split=o.reward_split
             ),
         )
+
+    async def _start(self) -> None:
+        from agentrl.tokenizers import load_tokenizer
+
+        o = self.options
+        harness_cls = plugins.get_harness(o.harness)
+        self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
+        sandbox_cls = self._sandbox_cls
+
+        # The runner decodes its rows with it (workers or not).
+        self.tokenizer = await asyncio.to_thread(load_tokenizer, o.tokenizer or o.model_path)
+        middleware = self.middleware = self._build_middleware()
 
         harness_options = dict(o.harness_options)
         sandbox_options: dict[str, Any] = {}
@@ -280,13 +318,15 @@ class Stack:
             max_sample_tokens=o.max_context_tokens,
             **where,
         )
+        tune_gc()  # start-up is over: the collector stops scanning what it loaded
         logger.info(
-            "stack up: harness=%s sandbox=%s grader=%s engine=%s middleware=%s",
+            "stack up: harness=%s sandbox=%s grader=%s engine=%s middleware=%s workers=%d",
             o.harness,
             o.sandbox,
             o.grader,
             o.engine,
             middleware.url or middleware.unix_path,
+            o.workers,
         )
 
     def sandbox_factory(self, task: Task) -> Sandbox:

@@ -31,6 +31,7 @@ __all__ = [
     "BootError",
     "BootKey",
     "Booter",
+    "PrewarmedBooter",
     "SandboxFactory",
     "current_boot_key",
 ]
@@ -151,3 +152,26 @@ class Booter:
             await sandbox.aclose()
             raise
         return sandbox
+
+
+@attrs.define(kw_only=True)
+class PrewarmedBooter(Booter):
+    """A ``Booter`` whose first boot hands out the sandbox ``prewarm`` is booting (or
+    booted); later boots, and a prewarm that failed, boot as usual."""
+
+    prewarm: asyncio.Future[Sandbox] | None = None
+
+    async def boot(self, factory: SandboxFactory, task: Task, *, what: str = "sandbox") -> Sandbox:
+        future, self.prewarm = self.prewarm, None
+        if future is not None:
+            try:
+                await asyncio.wait({future})
+            except asyncio.CancelledError:
+                self.prewarm = future  # the rollout's cleanup closes it
+                raise
+            if not future.cancelled() and future.exception() is None:
+                return future.result()
+            logger.info(
+                "the prewarmed %s for %s did not boot; booting another", what, task.instance_id
+            )
+        return await super().boot(factory, task, what=what)

@@ -44,6 +44,7 @@ _FIELD_SETTINGS: dict[str, str] = {
     "eval_timeout": "AGENTRL_EVAL_TIMEOUT",
     "guard_timeout": "AGENTRL_ROLLOUT_GUARD",
     "boot_concurrency": "AGENTRL_BOOT_CONCURRENCY",
+    "middleware_workers": "AGENTRL_MIDDLEWARE_WORKERS",
     "boot_retries": "AGENTRL_BOOT_RETRIES",
     "fork_threshold_tokens": "AGENTRL_FORK_THRESHOLD_TOKENS",
     "prompt_mode": "AGENTRL_PROMPT_MODE",
@@ -125,6 +126,7 @@ class SlimeConfig:
         default=None, converter=_zero_is_none, validator=_positive
     )
     boot_concurrency: int = attrs.field(default=16, validator=_positive)
+    middleware_workers: int = attrs.field(default=1, validator=_positive)
     boot_retries: int = attrs.field(default=2, validator=_non_negative)
     fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
     prompt_mode: str = attrs.field(default="splice", validator=_prompt_mode)

@@ -216,6 +216,7 @@ class Service:
             fork_threshold_tokens=c.fork_threshold_tokens,
             prompt_mode=c.prompt_mode,
             boot_concurrency=c.boot_concurrency,
+            workers=c.middleware_workers,
             rollout=c.rollout_kwargs(),
         )
         self.stack = stack = Stack(options)
@@ -223,13 +224,15 @@ class Service:
         self.graders = {False: stack.grader, True: stack.make_grader(c.grader_name(True))}
         logger.info(
             "agentrl slime service up: harness=%s sandbox=%s grader=%s/%s engine=%s "
-            "middleware=%s tool_parser=%s reasoning_parser=%s max_context=%d prompt_mode=%s",
+            "middleware=%s (%d workers) tool_parser=%s reasoning_parser=%s max_context=%d "
+            "prompt_mode=%s",
             c.harness,
             c.sandbox,
             c.grader_name(False),
             c.grader_name(True),
             s.sglang_url,
             stack.middleware.url or c.unix_socket,
+            c.middleware_workers,
             s.tool_parser,
             s.reasoning_parser,
             s.max_context_tokens,
