@@ -50,8 +50,8 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 class DockerOptions:
     """Everything a ``docker`` sandbox is configured with.
 
-    ``image``: the image the container runs (the task's ``image``; ``default_image`` when
-    the task has none). ``images``: further candidates tried in order after ``image``
+    ``image``: the image the container runs (the task's ``image``; ``default_image`` only
+    when the task names none). ``images``: further candidates tried in order after ``image``
     (the first present on the daemon wins; a grader fills them, e.g. swebench's
     ``sweb.eval.*`` instance image). ``repo``: a host directory or tarball copied into
     ``workdir`` at start. ``services``: ``{port: unix_socket_path}``; each socket's
@@ -110,10 +110,10 @@ class DockerOptions:
         return settings.get("AGENTRL_DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
     def candidates(self) -> tuple[str, ...]:
-        """The images to try, in order, without repeats."""
-        seen: dict[str, None] = {}
-        default = self.default_image or settings.get("AGENTRL_DOCKER_BASE_IMAGE")
-        for name in (self.image, *self.images, default):
-            if name:
-                seen.setdefault(name, None)
-        return tuple(seen)
+        """The images to try, in order, without repeats: ``image`` and ``images``, or, for
+        a task that names none, ``default_image`` (else ``AGENTRL_DOCKER_BASE_IMAGE``)."""
+        named = [name for name in (self.image, *self.images) if name]
+        if not named:
+            default = self.default_image or settings.get("AGENTRL_DOCKER_BASE_IMAGE")
+            named = [default] if default else []
+        return tuple(dict.fromkeys(named))
