@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${1:-.cache/docker}
 suite=bookworm
-packages=python3,git,ca-certificates
+packages=python3,python3-pytest,python-is-python3,git,ca-certificates
 key=$(printf '%s %s minbase' "$suite" "$packages" | sha256sum | cut -c1-12)
 image="agentrl-base:$key"
 tarball="$cache/base-$key.tar"
@@ -21,8 +21,10 @@ fi
 mkdir -p "$cache"
 if [[ ! -s $tarball ]]; then
     command -v mmdebstrap >/dev/null || { echo "mmdebstrap is not installed (apt: mmdebstrap)" >&2; exit 2; }
-    mmdebstrap --quiet --variant=minbase --include="$packages" "$suite" "$tarball.tmp" >&2
-    mv "$tarball.tmp" "$tarball"
+    # mmdebstrap picks the output format by the name's extension: the partial file ends in .tar.
+    partial="$cache/partial-$key.tar"
+    mmdebstrap --quiet --variant=minbase --include="$packages" "$suite" "$partial" >&2
+    mv "$partial" "$tarball"
 fi
 docker import "$tarball" "$image" >/dev/null
 echo "$image"

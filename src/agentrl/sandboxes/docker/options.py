@@ -51,9 +51,9 @@ class DockerOptions:
     """Everything a ``docker`` sandbox is configured with.
 
     ``image``: the image the container runs (the task's ``image``; ``default_image`` only
-    when the task names none). ``images``: further candidates tried in order after ``image``
-    (the first present on the daemon wins; a grader fills them, e.g. swebench's
-    ``sweb.eval.*`` instance image). ``repo``: a host directory or tarball copied into
+    when the task names none). ``images``: candidates preferred to ``image``, tried in order
+    (the first present on the daemon wins): the task's ``metadata.docker_images``, which
+    the swebench grader fills with swebench's ``sweb.eval.*`` instance image name. ``repo``: a host directory or tarball copied into
     ``workdir`` at start. ``services``: ``{port: unix_socket_path}``; each socket's
     *directory* is bound in read-only and relayed to ``127.0.0.1:port`` inside.
     ``memory_mb`` / ``pids`` / ``cpus``: the container's limits (None: unlimited).
@@ -110,9 +110,9 @@ class DockerOptions:
         return settings.get("AGENTRL_DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
     def candidates(self) -> tuple[str, ...]:
-        """The images to try, in order, without repeats: ``image`` and ``images``, or, for
+        """The images to try, in order, without repeats: ``images``, then ``image``; or, for
         a task that names none, ``default_image`` (else ``AGENTRL_DOCKER_BASE_IMAGE``)."""
-        named = [name for name in (self.image, *self.images) if name]
+        named = [name for name in (*self.images, self.image) if name]
         if not named:
             default = self.default_image or settings.get("AGENTRL_DOCKER_BASE_IMAGE")
             named = [default] if default else []

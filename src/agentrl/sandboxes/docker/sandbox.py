@@ -93,7 +93,8 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def from_task(cls, task: Task, **options: Any) -> DockerSandbox:
-        """A sandbox of ``task.image`` (then the task's ``docker_images`` candidates)."""
+        """A sandbox of the first present of ``task.metadata["docker_images"]`` (the images a
+        grader prefers, such as swebench's locally built instance image), then ``task.image``."""
         extra = task.metadata.get("docker_images") or ()
         images = tuple(name for name in extra if isinstance(name, str))
         return cls(image=task.image, images=images, repo=task.repo, workdir=task.workdir, **options)

@@ -1,0 +1,56 @@
+"""A real Claude Code rollout in a ``docker`` sandbox: the scripted engine, the example task.
+
+The CLI is the host's ``agentrl install-clis`` directory bound read-only into a container
+of the offline base image; the middleware is reached through its socket directory; the
+agent's diff is graded in a fresh container.
+"""
+
+from __future__ import annotations
+
+import pytest
+from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, textstats_task
+
+from agentrl.graders.scaleswe import ScaleSWEGrader
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.rollout import RolloutConfig, run_rollout
+from agentrl.sandboxes.docker import DockerSandbox
+from agentrl.types import Outcome
+
+pytestmark = pytest.mark.slow
+
+
+async def test_claude_code_solves_the_example_task_in_containers(
+    docker_options, agentrl_middleware, scripted_engine
+):
+    """Claude Code fixes the bug in one container; a fresh container grades it: reward 1.0."""
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"the agent CLIs are not installed in {CLI_DIR}; run `agentrl install-clis`")
+    binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)
+    options = {
+        **docker_options,
+        "services": {SANDBOX_PORT: agentrl_middleware.unix_path},
+        "ro_binds": binds,
+    }
+    built: list[DockerSandbox] = []
+
+    def factory(task):
+        sandbox = DockerSandbox.from_task(task, **options)
+        built.append(sandbox)
+        return sandbox
+
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+    result = await run_rollout(
+        textstats_task(),
+        harness=ClaudeCodeHarness(cli_path=claude, extra_args=(), extra_env={}),
+        grader=ScaleSWEGrader(),
+        sandbox_factory=factory,
+        middleware=agentrl_middleware,
+        config=RolloutConfig(agent_time_budget=180, eval_timeout=120, middleware_port=SANDBOX_PORT),
+    )
+    assert result.outcome is Outcome.SOLVED, (result.error, result.agent_log[-2000:])
+    assert result.reward == 1.0 and result.turns == 4
+    assert "+    for token in text.split():" in result.diff
+    assert "5 passed" in result.agent_log
+    assert len(built) == 2 and len({box.container_id for box in built}) == 2
+    assert all(box._closed for box in built)
