@@ -75,7 +75,24 @@ def daemon(host: str | None) -> Iterator[str]:
         subprocess.run(["rm", "-rf", "--one-file-system", workdir], check=False)
 
 
-async def main() -> None:
+async def measure(host: str, image: str, args: argparse.Namespace) -> None:
+    backends: dict[str, Callable[[], Sandbox]] = {
+        "local": lambda: LocalSandbox(),
+        "docker": lambda: DockerSandbox(image=image, docker_host=host),
+    }
+    for make in backends.values():
+        await one(make)  # warm caches (and the docker sweep of this process)
+    print(f"start + true, {args.runs} runs one at a time (docker image {image})")
+    for name, make in backends.items():
+        times = [await one(make) for _ in range(args.runs)]
+        print(f"  {name:<7} {stats(times)}")
+    print(f"start + true, {args.total} sandboxes {args.concurrency} at a time")
+    for name, make in backends.items():
+        times, wall = await batch(make, args.total, args.concurrency)
+        print(f"  {name:<7} {stats(times)}   wall {wall:6.2f} s")
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", default=None)
     parser.add_argument("--docker-host", default=None)
@@ -94,21 +111,8 @@ async def main() -> None:
                 text=True,
             ).stdout.strip()
         )
-        backends: dict[str, Callable[[], Sandbox]] = {
-            "local": lambda: LocalSandbox(),
-            "docker": lambda: DockerSandbox(image=image, docker_host=host),
-        }
-        for make in backends.values():
-            await one(make)  # warm caches (and the docker sweep of this process)
-        print(f"start + true, {args.runs} runs one at a time (docker image {image})")
-        for name, make in backends.items():
-            times = [await one(make) for _ in range(args.runs)]
-            print(f"  {name:<7} {stats(times)}")
-        print(f"start + true, {args.total} sandboxes {args.concurrency} at a time")
-        for name, make in backends.items():
-            times, wall = await batch(make, args.total, args.concurrency)
-            print(f"  {name:<7} {stats(times)}   wall {wall:6.2f} s")
+        asyncio.run(measure(host, image, args))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

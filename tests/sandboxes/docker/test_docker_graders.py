@@ -46,6 +46,15 @@ def _build_instance_image(host: str, base: str) -> None:
     )
 
 
+def _remove_instance_image(host: str) -> None:
+    subprocess.run(
+        ["docker", "rmi", "-f", INSTANCE_IMAGE],
+        env={**os.environ, "DOCKER_HOST": host},
+        capture_output=True,
+        check=False,
+    )
+
+
 def _swebench_task():
     (row,) = load_tasks(EXAMPLES / "swebench.jsonl", grader="swebench")
     return row
@@ -79,12 +88,7 @@ async def test_swebench_grader_runs_in_the_local_instance_image(
     the swebench grader grades gold 1 / empty 0 in containers of exactly that image."""
     row = _swebench_task()
     options = {**docker_options, "default_image": None}
-    subprocess.run(
-        ["docker", "rmi", "-f", INSTANCE_IMAGE],
-        env={**os.environ, "DOCKER_HOST": dockerd_host},
-        capture_output=True,
-        check=False,
-    )
+    _remove_instance_image(dockerd_host)
     grader = make_grader("swebench")
     missing = await check_task(row, grader, sandbox_factory_for("docker", options=options), runs=1)
     assert missing.status == MISSING_IMAGE
