@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from agentrl.sandboxes.docker.options import DockerOptions
@@ -97,13 +98,20 @@ def _tmpfs(size_mb: int, mode: str, uid: int = 0) -> str:
     return f"rw,nosuid,nodev,size={size_mb}m,mode={mode},uid={uid},gid={uid}"
 
 
-def create_config(options: DockerOptions, image: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The Engine API body of ``POST /containers/create`` for one sandbox."""
+def create_config(
+    options: DockerOptions,
+    image: str,
+    labels: dict[str, str],
+    file_binds: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Engine API body of ``POST /containers/create`` for one sandbox; ``file_binds``
+    (``{host_file: container_path}``, read-only) are the sandbox's own generated files."""
     uid = options.agent_uid
     binds = [
         f"{sock.parent}:{SERVICES_DIR}/{port}:ro" for port, sock in sorted(options.services.items())
     ]
     binds += [f"{host}:{inside}:ro" for host, inside in sorted(options.ro_binds.items())]
+    binds += [f"{host}:{inside}:ro" for host, inside in sorted((file_binds or {}).items())]
     host_config: dict[str, Any] = {
         "NetworkMode": "none",
         "Init": True,

@@ -17,7 +17,9 @@ import logging
 import os
 import pathlib
 import shlex
+import shutil
 import tarfile
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,7 +31,7 @@ from agentrl.sandboxes.base import (
     SandboxGoneError,
 )
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
-from agentrl.sandboxes.docker import execs, labels
+from agentrl.sandboxes.docker import execs, labels, users
 from agentrl.sandboxes.docker.client import (
     MissingImageError,
     connect,
@@ -71,6 +73,7 @@ class DockerSandbox(Sandbox):
         self.container_id: str | None = None
         self._docker: Any = None
         self._container: Any = None
+        self._state: pathlib.Path | None = None
         self._started = False
         self._closed = False
 
@@ -168,11 +171,19 @@ class DockerSandbox(Sandbox):
             _swept.add(host)
             await labels.sweep_stale(self._docker, self.options.owner)
         self.image = await self._pick_image()
-        config = create_config(
-            self.options,
-            self.image,
-            labels.container_labels(self.options.run_id, self.options.owner),
+        own_labels = labels.container_labels(self.options.run_id, self.options.owner)
+        self._state = pathlib.Path(
+            await asyncio.to_thread(tempfile.mkdtemp, prefix="agentrl-docker-")
         )
+        accounts = await users.account_files(
+            self._docker,
+            self.image,
+            uid=self.agent_uid,
+            home=AGENT_HOME,
+            directory=self._state,
+            labels=own_labels,
+        )
+        config = create_config(self.options, self.image, own_labels, accounts)
         try:
             self._container = await self._docker.containers.create(config)
             self.container_id = self._container.id
@@ -226,6 +237,8 @@ class DockerSandbox(Sandbox):
     async def _teardown(self) -> None:
         docker, self._docker = self._docker, None
         if docker is None:
+            if self._state is not None:
+                await asyncio.to_thread(shutil.rmtree, self._state, True)
             return
         try:
             if self.container_id is not None:
@@ -234,6 +247,8 @@ class DockerSandbox(Sandbox):
             logger.exception("docker sandbox teardown failed")
         finally:
             await docker.close()
+            if self._state is not None:
+                await asyncio.to_thread(shutil.rmtree, self._state, True)
 
     async def lost_externally(self, error: BaseException) -> bool:
         """True when this host ended the sandbox: its teardown began, or the container was
