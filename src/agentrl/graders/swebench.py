@@ -93,13 +93,15 @@ def instance_image(instance: Mapping[str, Any]) -> str | None:
     if not isinstance(instance_id, str) or not instance_id:
         return None
     try:
-        make_test_spec, module_name = load_make_test_spec()
-        if module_name != "swebench.harness.utils":
-            key = make_test_spec(dict(instance)).instance_image_key
-            return key if isinstance(key, str) and key else None
-        from swebench.image_builder.image_spec import ImageSpec
-
-        return ImageSpec(instance_id=instance_id, dockerfile="-", namespace=None).name
+        from swebench.image_builder.image_spec import ImageSpec  # swebench 5.x
+    except ImportError:
+        ImageSpec = None
+    try:
+        if ImageSpec is not None:
+            return ImageSpec(instance_id=instance_id, dockerfile="-", namespace=None).name
+        make_test_spec, _ = load_make_test_spec()
+        key = make_test_spec(dict(instance)).instance_image_key
+        return key if isinstance(key, str) and key else None
     except Exception as exc:  # a row swebench cannot build a spec for: check() says why
         logger.debug("no swebench instance image for %s: %s", instance_id, exc)
         return None

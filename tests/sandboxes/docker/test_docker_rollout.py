@@ -7,6 +7,9 @@ agent's diff is graded in a fresh container.
 
 from __future__ import annotations
 
+import time
+
+import attrs
 import pytest
 from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, textstats_task
 
@@ -54,3 +57,25 @@ async def test_claude_code_solves_the_example_task_in_containers(
     assert "5 passed" in result.agent_log
     assert len(built) == 2 and len({box.container_id for box in built}) == 2
     assert all(box._closed for box in built)
+
+
+async def test_a_missing_image_is_an_infra_error_naming_it(
+    docker_options, agentrl_middleware, scripted_engine
+):
+    """A task whose image is not on the daemon: the rollout is an infra_error that names the
+    image, within seconds, and the engine is never asked for a token."""
+    task = attrs.evolve(textstats_task(), image="agentrl-test/never-built:3")
+    options = {**docker_options, "services": {SANDBOX_PORT: agentrl_middleware.unix_path}}
+    started = time.monotonic()
+    result = await run_rollout(
+        task,
+        harness=ClaudeCodeHarness(cli_path="/nonexistent/claude", extra_args=(), extra_env={}),
+        grader=ScaleSWEGrader(),
+        sandbox_factory=lambda t: DockerSandbox.from_task(t, **options),
+        middleware=agentrl_middleware,
+        config=RolloutConfig(boot_retries=1, boot_backoff=0.1, middleware_port=SANDBOX_PORT),
+    )
+    assert result.outcome is Outcome.INFRA_ERROR
+    assert "agentrl-test/never-built:3" in (result.error or "")
+    assert time.monotonic() - started < 30
+    assert not scripted_engine.served
