@@ -7,6 +7,12 @@ agent's diff is graded in a fresh container.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
 import attrs
@@ -20,6 +26,19 @@ from agentrl.sandboxes.docker import DockerSandbox
 from agentrl.types import Outcome
 
 pytestmark = pytest.mark.slow
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples" / "tasks"
+
+
+def _agentrl_containers(host: str) -> str:
+    """The ids of every agentrl container on the daemon, one per line."""
+    return subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=agentrl.sandbox=docker"],
+        env={**os.environ, "DOCKER_HOST": host},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 async def test_claude_code_solves_the_example_task_in_containers(
@@ -79,3 +98,54 @@ async def test_a_missing_image_is_an_infra_error_naming_it(
     assert "agentrl-test/never-built:3" in (result.error or "")
     assert time.monotonic() - started < 30
     assert not scripted_engine.served
+
+
+async def test_the_rollout_command_runs_claude_code_in_containers(
+    docker_options, scripted_engine, qwen_tokenizer_dir, tmp_path
+):
+    """``agentrl rollout tasks.jsonl --sandbox docker``: the real CLI in a container, graded in
+    a fresh one, reward 1.0, and no container of the run left behind."""
+    row = next(
+        json.loads(line)
+        for line in (EXAMPLES / "scaleswe.jsonl").read_text().splitlines()
+        if json.loads(line)["metadata"]["instance_id"] == "textstats-1"
+    )
+    for key in ("repo", "gold_patch_path"):
+        row["metadata"][key] = str(EXAMPLES / row["metadata"][key])
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    for reply in claude_solution():
+        scripted_engine.queue(reply)
+    out = tmp_path / "out"
+    options = {k: v for k, v in docker_options.items() if k != "run_id"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        "rollout",
+        str(tasks),
+        "--sandbox",
+        "docker",
+        "--sandbox-options",
+        json.dumps(options),
+        "--harness",
+        "claude_code",
+        "--engine-url",
+        scripted_engine.url,
+        "--tokenizer",
+        str(qwen_tokenizer_dir),
+        "--cli-dir",
+        str(CLI_DIR),
+        "--out",
+        str(out),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, stderr.decode()[-3000:]
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in rollouts] == ["solved"], rollouts
+    assert rollouts[0]["reward"] == 1.0
+    listed = _agentrl_containers(docker_options["docker_host"])
+    assert listed == ""
