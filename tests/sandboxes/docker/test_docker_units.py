@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrl.sandboxes.base import cap_output
+from agentrl.sandboxes.base import SandboxError, cap_output
 from agentrl.sandboxes.docker import DockerOptions, DockerSandbox
 from agentrl.sandboxes.docker.container import SERVICES_DIR, create_config
 from agentrl.sandboxes.docker.execs import Capped, _Collector
@@ -108,3 +108,12 @@ def test_only_a_dead_processs_containers_of_this_owner_are_stale():
     assert not stale({**dead, "agentrl.owner": "elsewhere"}, None)
     assert not stale({"agentrl.process": dead["agentrl.process"]}, None)
     assert process_label().startswith(f"{host}:")
+
+
+def test_a_task_without_any_image_is_refused_before_the_first_rollout(monkeypatch):
+    """No image in the row and no default: one clear error up front, not one per rollout."""
+    monkeypatch.delenv("AGENTRL_DOCKER_BASE_IMAGE", raising=False)
+    task = Task(instance_id="t", problem_statement="")
+    with pytest.raises(SandboxError, match="default_image"):
+        DockerSandbox.check_task(task)
+    DockerSandbox.check_task(task, default_image="base:1")

@@ -104,7 +104,15 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def check_task(cls, task: Task, **options: Any) -> None:
-        """The task's host repository exists (images are checked at boot and by check-tasks)."""
+        """The task names an image (or ``default_image`` is set) and its host repository
+        exists; whether the daemon has the image is checked at boot and by check-tasks."""
+        sandbox = cls.from_task(task, **options)
+        if not sandbox.options.candidates():
+            raise SandboxError(
+                f"task {task.instance_id} names no image and the docker sandbox has no "
+                "default_image: set the row's image, or pass --sandbox-options "
+                '\'{"default_image": "IMAGE"}\' (or AGENTRL_DOCKER_BASE_IMAGE)'
+            )
         repo = task.repo
         if repo and "://" not in repo and not pathlib.Path(repo).exists():
             raise SandboxError(f"the task's repository {repo} does not exist on this machine")
