@@ -189,3 +189,31 @@ async def test_a_missing_service_socket_is_refused_before_any_container(docker_o
     box = DockerSandbox(**docker_options, services={1: str(tmp_path / "nope.sock")})
     with pytest.raises(SandboxError, match="does not exist"):
         await box.start()
+
+
+async def test_an_image_that_cannot_relay_the_services_fails_its_start_at_once(
+    docker_options, dockerd_host, docker_base_image, tmp_path
+):
+    """An image with neither python3 nor socat cannot reach the middleware: the start fails
+    within seconds, saying why, instead of waiting out the startup timeout."""
+    image = "agentrl-test/no-relay:1"
+    dockerfile = (
+        f"FROM {docker_base_image}\n"
+        "RUN rm -f /usr/bin/python3* /usr/bin/python /usr/local/bin/python3* /usr/bin/socat\n"
+    )
+    await asyncio.to_thread(
+        subprocess.run,
+        ["docker", "build", "--network", "none", "-q", "-t", image, "-"],
+        input=dockerfile,
+        env={**os.environ, "DOCKER_HOST": dockerd_host, "DOCKER_BUILDKIT": "0"},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    sock = tmp_path / "svc.sock"
+    sock.touch()
+    box = DockerSandbox(**docker_options, image=image, services={8000: str(sock)})
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(SandboxError, match="neither python3 nor socat"):
+        await box.start()
+    assert asyncio.get_running_loop().time() - started < 20

@@ -18,10 +18,19 @@ from typing import Any
 
 from agentrl.sandboxes.docker.options import DockerOptions
 
-__all__ = ["AGENT_HOME", "READY_MARKER", "SERVICES_DIR", "create_config", "main_script"]
+__all__ = [
+    "AGENT_HOME",
+    "READY_LINE",
+    "READY_MARKER",
+    "SERVICES_DIR",
+    "create_config",
+    "main_script",
+]
 
 SERVICES_DIR = "/run/agentrl/services"
 READY_MARKER = "/run/agentrl/ready"
+#: The line the main process prints once the workspace is the agent's and the relays listen.
+READY_LINE = "agentrl-ready"
 AGENT_HOME = "/home/agent"
 
 #: The TCP → unix socket relay: ``python3 -c RELAY PORT=SOCKET ...``.
@@ -57,6 +66,7 @@ async def main():
 
         await asyncio.start_server(handle, "127.0.0.1", int(port))
     open("/run/agentrl/ready", "w").close()
+    print("agentrl-ready", flush=True)
     await asyncio.Event().wait()
 
 asyncio.run(main())
@@ -68,12 +78,18 @@ def _inside_socket(port: int, sock: pathlib.Path) -> str:
 
 
 def main_script(options: DockerOptions) -> str:
-    """The container's main process: start the relays, mark ready, then sleep forever."""
+    """The container's main process: give the workspace to the agent, start the relays,
+    print ``READY_LINE``, then sleep forever (the python relay itself, when it runs)."""
     specs = " ".join(
         shlex.quote(f"{port}={_inside_socket(port, sock)}")
         for port, sock in sorted(options.services.items())
     )
-    lines = ["mkdir -p /run/agentrl"]
+    uid = options.agent_uid
+    lines = [
+        "mkdir -p /run/agentrl",
+        f"chown -R {uid}:{uid} {shlex.quote(options.workdir)} || "
+        "echo 'agentrl: could not give the workspace to the agent' >&2",
+    ]
     if specs:
         socat = " ".join(
             f"socat TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork "
@@ -82,14 +98,16 @@ def main_script(options: DockerOptions) -> str:
         )
         lines.append(
             "py=$(command -v python3 || command -v python) || py=''\n"
-            f'if [ -n "$py" ]; then "$py" -c {shlex.quote(RELAY)} {specs} &\n'
+            # The relay is the main process: if it fails, the container exits and the
+            # start fails at once with its error.
+            f'if [ -n "$py" ]; then exec "$py" -c {shlex.quote(RELAY)} {specs}\n'
             f"elif command -v socat >/dev/null 2>&1; then {socat} sleep 0.2; "
-            f"touch {READY_MARKER}\n"
+            f"touch {READY_MARKER}; echo {READY_LINE}\n"
             "else echo 'agentrl: the image has neither python3 nor socat to relay the "
-            "host services' >&2; fi"
+            "host services' >&2; exit 1; fi"
         )
     else:
-        lines.append(f"touch {READY_MARKER}")
+        lines.append(f"touch {READY_MARKER}; echo {READY_LINE}")
     lines.append("exec sleep 2147483647")
     return "\n".join(lines)
 

@@ -39,7 +39,7 @@ from agentrl.sandboxes.docker.client import (
     missing_images,
     sandbox_error,
 )
-from agentrl.sandboxes.docker.container import AGENT_HOME, READY_MARKER, create_config
+from agentrl.sandboxes.docker.container import AGENT_HOME, READY_LINE, create_config
 from agentrl.sandboxes.docker.options import DockerOptions
 from agentrl.types import ExecResult, Task
 
@@ -195,24 +195,29 @@ class DockerSandbox(Sandbox):
         try:
             self._container = await self._docker.containers.create(config)
             self.container_id = self._container.id
+        except DockerError as exc:
+            raise sandbox_error(exc, f"create of a container of {self.image}") from exc
+        if self.options.repo:
+            # Into the workspace volume before the start: the main process then owns it over.
+            await self._copy_repo(pathlib.Path(self.options.repo))
+        try:
             await self._container.start()
         except DockerError as exc:
-            raise sandbox_error(exc, f"create/start of a container of {self.image}") from exc
-        if self.options.repo:
-            await self._copy_repo(pathlib.Path(self.options.repo))
-        uid = self.agent_uid
-        ready = await self._root(
-            f"chown -R {uid}:{uid} {shlex.quote(self.workdir)} && "
-            f"i=0; while [ ! -e {READY_MARKER} ]; do i=$((i+1)); "
-            "[ $i -gt 500 ] && { echo 'the service relays did not start' >&2; exit 1; }; "
-            "sleep 0.02; done",
-            timeout=self.options.startup_timeout,
-        )
-        if not ready.ok:
-            logs = await self._logs()
-            raise SandboxError(
-                f"the docker sandbox did not get ready: {ready.stderr.strip()} {logs}"
-            )
+            raise sandbox_error(exc, f"start of a container of {self.image}") from exc
+        await self._wait_ready()
+
+    async def _wait_ready(self) -> None:
+        """Read the main process's output until it prints ``READY_LINE`` (at most 64 KiB)."""
+        seen = bytearray()
+        async with self._container.attach(stdout=True, stderr=True, logs=True) as stream:
+            while READY_LINE.encode() not in seen:
+                message = await stream.read_out()
+                if message is None or len(seen) > 1 << 16:
+                    raise SandboxError(
+                        "the docker sandbox did not get ready: "
+                        f"{bytes(seen[-2000:]).decode('utf-8', errors='replace').strip()}"
+                    )
+                seen += bytes(message.data)
 
     async def _pick_image(self) -> str:
         names = self.options.candidates()
