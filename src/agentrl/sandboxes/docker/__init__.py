@@ -3,8 +3,8 @@
 ``sandbox`` holds ``DockerSandbox`` (the lifecycle and files), configured by ``options``
 (``DockerOptions``); ``container`` builds what a container is created with (limits,
 mounts, the service relays), ``execs`` runs one command (process group, capped output),
-``labels`` labels containers and sweeps leftovers, ``client`` wraps aiodocker and its
-errors. aiodocker is imported only when a sandbox talks to a daemon.
+``labels`` labels containers and sweeps leftovers, ``users`` gives the image an ``agent``
+account, ``client`` wraps aiodocker and its errors. aiodocker is imported only when a sandbox talks to a daemon.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Start: the first candidate image present on the daemon (never a pull: a missing one is a
 ``MissingImageError`` naming it), a container created by ``container.create_config``
-(no network, limits, read-only root, labels), the task's repository copied into the
-workspace, the relays ready. Every exec is a Docker exec (``execs``); files move through
+(no network, limits, read-only root, labels, the ``agent`` account of ``users``), the
+task's repository copied into its workspace volume, then started and read until its main
+process says it is ready. Every exec is a Docker exec (``execs``); files move through
 an exec's stdin and stdout, capped like every output. Close force-removes the container
 and its volume; the run's and dead processes' leftovers are swept (``labels``).
 """
@@ -292,9 +293,6 @@ class DockerSandbox(Sandbox):
             uid = self.agent_uid
             return f"{uid}:{uid}", {"HOME": AGENT_HOME, "USER": "agent"}
         raise SandboxError(f"unknown user {user!r}; the docker sandbox has ['root', 'agent']")
-
-    async def _root(self, cmd: str, *, timeout: float = 120) -> ExecResult:
-        return await self.run_exec(ExecRequest(cmd=cmd, timeout=timeout))
 
     async def run_exec(self, request: ExecRequest) -> ExecResult:
         """One Docker exec as ``request.user``, in ``request.workdir`` (default the workdir)."""
