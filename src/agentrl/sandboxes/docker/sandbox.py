@@ -201,16 +201,20 @@ class DockerSandbox(Sandbox):
         if self.options.repo:
             # Into the workspace volume before the start: the main process then owns it over.
             await self._copy_repo(pathlib.Path(self.options.repo))
-        try:
-            await self._container.start()
-        except DockerError as exc:
-            raise sandbox_error(exc, f"start of a container of {self.image}") from exc
-        await self._wait_ready()
+        await self._start_until_ready()
 
-    async def _wait_ready(self) -> None:
-        """Read the main process's output until it prints ``READY_LINE`` (at most 64 KiB)."""
+    async def _start_until_ready(self) -> None:
+        """Start the container attached to its main process, and read that process's output
+        until it prints ``READY_LINE`` (at most 64 KiB; its exit is the start's failure).
+        Attached before the start, so no line is missed however fast the process is."""
+        from aiodocker.exceptions import DockerError
+
         seen = bytearray()
         async with self._container.attach(stdout=True, stderr=True, logs=True) as stream:
+            try:
+                await self._container.start()
+            except DockerError as exc:
+                raise sandbox_error(exc, f"start of a container of {self.image}") from exc
             while READY_LINE.encode() not in seen:
                 message = await stream.read_out()
                 if message is None or len(seen) > 1 << 16:
