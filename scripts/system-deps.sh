@@ -3,7 +3,9 @@
 set -euo pipefail
 need=()
 # The local sandbox shows the host's /usr: node, python3 and git must live there.
-for tool in bwrap:bubblewrap socat:socat git:git patch:patch /usr/bin/node:nodejs /usr/bin/python3:python3; do
+# The docker sandbox's tests start their own dockerd and build their base image offline.
+for tool in bwrap:bubblewrap socat:socat git:git patch:patch /usr/bin/node:nodejs /usr/bin/python3:python3 \
+    dockerd:docker.io mmdebstrap:mmdebstrap; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if ((${#need[@]})); then

@@ -510,10 +510,10 @@ def test_command_needing_the_broken_plugin_fails_in_one_line(tmp_path):
     root = _broken_distribution(tmp_path / "site")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("")
-    result = _agentrl("check-tasks", str(tasks), "--sandbox", "docker", pythonpath=root)
+    result = _agentrl("check-tasks", str(tasks), "--sandbox", "modal", pythonpath=root)
     assert result.returncode == 1, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.stderr
-    assert "sandbox 'docker' is not available" in errors[0]
+    assert "sandbox 'modal' is not available" in errors[0]
     assert f"'broken' (ImportError: {BROKEN_ERROR})" in errors[0]
     assert "Traceback" not in result.stderr

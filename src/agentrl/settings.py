@@ -259,6 +259,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_SANDBOX_MAX_OUTPUT_BYTES", "int", _SBX, default=1 << 20,
        help="bytes kept from each stream of one exec (at least 64); the middle of a longer "
             "output is cut"),
+    _s("AGENTRL_DOCKER_HOST", "str", "agentrl.sandboxes.docker", aliases=("DOCKER_HOST",),
+       default_doc="`unix:///var/run/docker.sock`",
+       help="the Docker daemon the `docker` sandbox talks to (`unix://PATH` or `tcp://HOST:PORT`)"),
+    _s("AGENTRL_DOCKER_BASE_IMAGE", "str", "agentrl.sandboxes.docker",
+       help="the image of a `docker` sandbox whose task names none (`default_image`)"),
     _s("AGENTRL_E2B_API_KEY", "str", _E2B, aliases=("E2B_API_KEY",),
        help="E2B API key"),
     _s("AGENTRL_E2B_DOMAIN", "str", _E2B, aliases=("E2B_DOMAIN",), default_doc="the SDK's",

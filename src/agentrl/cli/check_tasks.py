@@ -15,6 +15,7 @@ import click
 
 from agentrl.graders.check import (
     BROKEN,
+    MISSING_IMAGE,
     OK,
     UNCHECKED,
     TaskCheck,
@@ -34,7 +35,7 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     table = Table(title="agentrl check-tasks")
     for column in ("task", "source", "gold", "empty", "status", "reason"):
         table.add_column(column)
-    styles = {OK: "green", BROKEN: "red", UNCHECKED: "yellow"}
+    styles = {OK: "green", BROKEN: "red", UNCHECKED: "yellow", MISSING_IMAGE: "magenta"}
     for result in results:
         table.add_row(
             escape(result.instance_id),
@@ -64,6 +65,13 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     help="Select the grader as for evaluation (AGENTRL_EVAL_GRADER).",
 )
 @click.option("--sandbox", "sandbox_name", default="local", show_default=True)
+@click.option(
+    "--sandbox-options",
+    "sandbox_options",
+    default=None,
+    help='The sandbox\'s options as a JSON object (docker: \'{"docker_host": "unix://…", '
+    '"default_image": "…"}\').',
+)
 @click.option("--runs", default=2, show_default=True, type=click.IntRange(1, 10))
 @click.option("--timeout", type=float, default=None, help="Grading time budget (seconds).")
 @click.option("--concurrency", default=2, show_default=True, type=click.IntRange(1, 256))
@@ -87,6 +95,7 @@ def check_tasks_command(
     grader: str | None,
     evaluation: bool,
     sandbox_name: str,
+    sandbox_options: str | None,
     runs: int,
     timeout: float | None,
     concurrency: int,
@@ -96,13 +105,17 @@ def check_tasks_command(
 ) -> None:
     """Grade the gold and empty patch of every task and report broken tasks.
 
-    Exits 1 when any task is broken (gold fails, empty passes, grader error, flaky).
+    Exits 1 when any task is broken (gold fails, empty passes, grader error, flaky) or its
+    image is missing (the ``docker`` sandbox asks its daemon; nothing is pulled).
     """
     from agentrl.plugins import PluginError
 
     chosen = select_grader(grader, evaluation=evaluation, default=AUTO_GRADER)
     try:
-        factory = sandbox_factory_for(sandbox_name, host_python=host_python)
+        options = json.loads(sandbox_options) if sandbox_options else {}
+        if not isinstance(options, dict):
+            raise ValueError("--sandbox-options must be a JSON object")
+        factory = sandbox_factory_for(sandbox_name, host_python=host_python, options=options)
         rows = [row for path in task_files for row in load_tasks(path, grader=chosen)]
         graders = {
             name: make_grader(name, timeout=timeout) for name in {r.task.grader for r in rows}
@@ -123,10 +136,14 @@ def check_tasks_command(
         if verbose:
             tail = result.output_tail or "(the grader kept no output)"
             click.echo("".join(f"    | {line}\n" for line in tail.splitlines()), err=True, nl=False)
+    missing = [r for r in results if r.missing_image]
+    for result in missing:
+        click.echo(f"missing image: {result.instance_id}: {'; '.join(result.reasons)}", err=True)
+    fine = len(results) - len(broken) - len(missing)
     click.echo(
-        f"{len(results)} tasks ({chosen}): {len(results) - len(broken)} well-formed or "
-        f"unchecked, {len(broken)} broken",
+        f"{len(results)} tasks ({chosen}): {fine} well-formed or unchecked, {len(broken)} "
+        f"broken, {len(missing)} with a missing image",
         err=True,
     )
-    if broken:
+    if broken or missing:
         sys.exit(1)

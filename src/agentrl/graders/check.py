@@ -24,6 +24,8 @@ from agentrl.sandboxes.base import Sandbox
 from agentrl.types import Grade, Task
 
 __all__ = [
+    "MISSING_IMAGE",
+    "SandboxFactoryFor",
     "TaskCheck",
     "check_task",
     "check_tasks",
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 OK = "ok"
 BROKEN = "broken"
 UNCHECKED = "unchecked"
+#: The task's image is not where the sandbox backend looks (a ``docker`` daemon without it).
+MISSING_IMAGE = "missing-image"
 
 #: How many characters of a grade's output check-tasks keeps (``--json``) and shows (``-v``).
 TAIL_CHARS = 2000
@@ -58,6 +62,10 @@ class TaskCheck:
     @property
     def broken(self) -> bool:
         return self.status == BROKEN
+
+    @property
+    def missing_image(self) -> bool:
+        return self.status == MISSING_IMAGE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -196,6 +204,12 @@ async def check_task(
         return TaskCheck(
             instance_id=task.instance_id, source=source, status=BROKEN, reasons=(reason,)
         )
+    probe = getattr(sandbox_factory, "image_problem", None)
+    problem = await probe(task) if probe is not None else None
+    if problem:
+        return TaskCheck(
+            instance_id=task.instance_id, source=source, status=MISSING_IMAGE, reasons=(problem,)
+        )
     try:
         gold = gold_patch(task)
     except TaskLoadError as exc:
@@ -258,9 +272,27 @@ async def check_tasks(
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
+@attrs.define
+class SandboxFactoryFor:
+    """A ``SandboxFactory`` of ``sandbox_cls`` with ``options``, which can also say, without
+    booting, why a task's image is missing (``image_problem``, where the backend can)."""
+
+    sandbox_cls: type[Sandbox]
+    options: dict[str, Any]
+
+    def __call__(self, task: Task) -> Sandbox:
+        return self.sandbox_cls.from_task(task, **self.options)
+
+    async def image_problem(self, task: Task) -> str | None:
+        """The backend's ``image_problem(task, **options)`` (the ``docker`` sandbox asks
+        its daemon), or None for a backend that cannot tell."""
+        probe = getattr(self.sandbox_cls, "image_problem", None)
+        return await probe(task, **self.options) if probe is not None else None
+
+
 def sandbox_factory_for(
     name: str, *, host_python: bool = True, options: Mapping[str, Any] | None = None
-) -> SandboxFactory:
+) -> SandboxFactoryFor:
     """A factory building a fresh ``name`` sandbox per task (this machine's Python bound in
     for image-less tasks when ``host_python`` and the backend can: ``Sandbox.with_host_python``)."""
     from agentrl.plugins import get_sandbox
@@ -269,8 +301,4 @@ def sandbox_factory_for(
     extra = dict(options or {})
     if host_python:
         extra = {**getattr(sandbox_cls, "with_host_python", {}), **extra}
-
-    def factory(task: Task) -> Sandbox:
-        return sandbox_cls.from_task(task, **extra)
-
-    return factory
+    return SandboxFactoryFor(sandbox_cls, extra)

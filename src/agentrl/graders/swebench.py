@@ -35,7 +35,7 @@ from agentrl.graders.tasks import optional_str, parse_common, prompt_text
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox
 from agentrl.types import Grade, Task
 
-__all__ = ["SWEBenchGrader", "eval_report", "load_make_test_spec"]
+__all__ = ["SWEBenchGrader", "eval_report", "instance_image", "load_make_test_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,31 @@ def swebench_version() -> str:
         return importlib.metadata.version("swebench")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def instance_image(instance: Mapping[str, Any]) -> str | None:
+    """The ``sweb.eval.*`` image swebench's own spec names for ``instance`` (built locally
+    by swebench's harness), or None when the installed swebench cannot name it.
+
+    swebench 4.x: ``make_test_spec(instance).instance_image_key``; 5.x (whose test spec
+    carries the instance's own ``image``): its ``ImageSpec`` without a registry namespace.
+    """
+    instance_id = instance.get("instance_id")
+    if not isinstance(instance_id, str) or not instance_id:
+        return None
+    try:
+        from swebench.image_builder.image_spec import ImageSpec  # swebench 5.x
+    except ImportError:
+        ImageSpec = None
+    try:
+        if ImageSpec is not None:
+            return ImageSpec(instance_id=instance_id, dockerfile="-", namespace=None).name
+        make_test_spec, _ = load_make_test_spec()
+        key = make_test_spec(dict(instance)).instance_image_key
+        return key if isinstance(key, str) and key else None
+    except Exception as exc:  # a row swebench cannot build a spec for: check() says why
+        logger.debug("no swebench instance image for %s: %s", instance_id, exc)
+        return None
 
 
 def _tests(value: Any) -> list[str]:
@@ -179,6 +204,10 @@ class SWEBenchGrader(Grader):
         image = optional_str(remote.get("image"), "metadata.remote_env_info.image") or optional_str(
             metadata.get("image"), "metadata.image"
         )
+        local_image = instance_image(instance)
+        if local_image and local_image != image:
+            # The docker sandbox runs swebench's locally built instance image when present.
+            extra.setdefault("docker_images", [local_image])
         workdir = (
             optional_str(remote.get("workdir"), "metadata.remote_env_info.workdir")
             or optional_str(metadata.get("workdir"), "metadata.workdir")

@@ -51,6 +51,7 @@ KINDS: tuple[str, ...] = tuple(KIND_HOOKS)
 
 #: Names that an optional extra provides, so "not available" can say what to install.
 KNOWN_EXTRAS: dict[tuple[str, str], str] = {
+    ("sandbox", "docker"): "docker",
     ("sandbox", "e2b"): "e2b",
     ("grader", "swebench"): "swebench",
     ("engine", "transformers"): "hf",
