@@ -58,6 +58,14 @@ from _driver import (
     percentile,
 )
 
+try:
+    from agentrl.adapters.shard_wire import tune_gc
+except ImportError:  # a build from before the collector tuning (a baseline run)
+
+    def tune_gc() -> None:
+        pass
+
+
 #: Goals (issue 15).
 GOAL_REALISTIC_P99_MS = 20.0
 GOAL_SATURATION_PER_CORE = 2.0  # times the baseline
@@ -102,6 +110,7 @@ async def run_mode(driver: Driver, mode: str, workers: int, args) -> dict[str, A
     if workers == 1:
         mw = build()
         close_engine = mw.engine.aclose
+        tune_gc()  # what `agentrl serve` and the rollout stack do once start-up is over
     elif shards_class() is None:
         return "not available on this build"
     else:

@@ -52,6 +52,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from _driver import goal_line
+
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.graders.tasks import load_tasks
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
@@ -337,6 +339,8 @@ async def main() -> None:
         f"CPU {cost['children_ms']:.1f} ms in the sandbox (main: "
         f"{MAIN_BASELINE['exec cpu ms']:.1f}) + {cost['ours_ms']:.1f} ms ours"
     )
+    forks = f"{cost['forks']:.1f} (main {MAIN_BASELINE['forks per exec']:.0f})"
+    print(goal_line("rollout: processes per exec('true')", forks, "<= 2", cost["forks"] <= 2))
     config = RolloutConfig(
         agent_time_budget=180,
         eval_timeout=120,
@@ -391,6 +395,36 @@ def report(
         f"{MAIN_BASELINE['grade start s']:.2f})"
     )
     plumbing = f["execs"] * (cost["children_ms"] + cost["ours_ms"]) / 1000
+    label = f"rollout c={level}:"
+    print(
+        goal_line(
+            f"{label} grade start", f"{f['grade_wait']:.3f} s", "<= 0.1 s", f["grade_wait"] <= 0.1
+        )
+    )
+    print(
+        goal_line(
+            f"{label} agentrl's process share of CPU",
+            f"{f['ours'] / f['all']:.0%}",
+            "<= 10%",
+            f["ours"] / f["all"] <= 0.10,
+        )
+    )
+    print(
+        goal_line(
+            f"{label} exec plumbing share of CPU",
+            f"{plumbing / f['all']:.0%}",
+            "<= 5%",
+            plumbing / f["all"] <= 0.05,
+        )
+    )
+    print(
+        goal_line(
+            f"{label} rollouts/min",
+            f"{f['per_min']:.1f}",
+            f"(main {base:.0f})" if base else "(none)",
+            None,
+        )
+    )
     print(
         f"    agentrl's share of the CPU: its process {f['ours'] / f['all']:.0%} (goal <= 10%), "
         f"the sandbox's exec plumbing ~{plumbing / f['all']:.0%} (goal <= 5%)"

@@ -116,18 +116,16 @@ def _fake_tool(bin_dir: pathlib.Path, name: str, body: str) -> None:
 
 
 @pytest.mark.parametrize("outside", [True, False])
-def test_ci_refuses_to_run_where_agentrl_is_installed_outside_the_venv(tmp_path, outside):
-    """.ci/run stops before `make test` when a python3 outside .venv can import agentrl."""
+def test_ci_guard_refuses_a_machine_where_agentrl_is_installed_outside_the_venv(tmp_path, outside):
+    """.ci/guard fails when a python3 outside .venv can import agentrl, and passes otherwise."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    calls = tmp_path / "make.calls"
     if outside:
         _fake_tool(bin_dir, "python3", 'echo "/usr/lib/python3/dist-packages/agentrl/__init__.py"')
     else:
         _fake_tool(bin_dir, "python3", "echo 'No module named agentrl' >&2; exit 1")
-    _fake_tool(bin_dir, "make", f'echo "$@" >> "{calls}"')
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / ".ci" / "run")],
+        ["bash", str(REPO_ROOT / ".ci" / "guard")],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -137,10 +135,31 @@ def test_ci_refuses_to_run_where_agentrl_is_installed_outside_the_venv(tmp_path,
         assert result.returncode == 1
         assert "importable outside .venv" in result.stderr
         assert "/usr/lib/python3/dist-packages/agentrl" in result.stderr
-        assert not calls.exists()
     else:
         assert result.returncode == 0, result.stderr
-        assert calls.read_text().split() == ["test"]
+        assert "no agentrl outside .venv" in result.stdout
+
+
+def test_ci_runs_the_guard_before_installing_or_testing_anything(tmp_path):
+    """.ci/run stops at the guard on such a machine: no apt, no dockerd, no `make test`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _fake_tool(bin_dir, "python3", 'echo "/usr/lib/python3/dist-packages/agentrl/__init__.py"')
+    for tool in ("make", "apt-get", "dockerd", "sudo"):
+        _fake_tool(bin_dir, tool, f'echo "{tool} $@" >> "{calls}"')
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / ".ci" / "run")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "importable outside .venv" in result.stderr
+    assert not calls.exists(), calls.read_text()
+    run = (REPO_ROOT / ".ci" / "run").read_text()
+    assert run.index("bash .ci/guard") < min(run.index("system-deps"), run.index("make test"))
 
 
 def test_every_public_name_resolves_and_import_agentrl_stays_light():
