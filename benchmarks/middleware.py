@@ -60,19 +60,19 @@ QUICK_SIZES = (16_384, 20_480)
 GOAL_OVERHEAD_MS = 5.0
 GOAL_HELD_BYTES = 4_000_000
 #: Main's figures at 6cde69f with this benchmark, at 128k tokens: medians of the 3 turns
-#: nearest, on the 2-core machine while six other jobs ran on it (load average 12-15), so
-#: wall figures are ~3x what a calm machine shows and even CPU figures are inflated (the
-#: issue measured ~19 ms of CPU at 128k on a calm machine); compare ratios of one run.
+#: nearest, on the 2-core machine with nothing else running (``PYTHONPATH`` at a 6cde69f
+#: checkout whose test engine has ``delay_from_arrival``). The slime column is from a run
+#: on a loaded machine (load average 12-15); slime is measured in every run anyway.
 BASELINE: dict[str, Any] = {
     "commit": "6cde69f",
     "overhead_ms": {
         131_072: {
-            "splice": 233.1,
-            "splice_cpu": 83.9,
-            "render": 177.1,
-            "render_cpu": 48.5,
-            "full": 1664.2,
-            "full_cpu": 470.8,
+            "splice": 67.8,
+            "splice_cpu": 68.7,
+            "render": 47.1,
+            "render_cpu": 48.4,
+            "full": 432.7,
+            "full_cpu": 422.4,
             "slime": 1289.3,
             "slime_cpu": 438.3,
         }

@@ -69,15 +69,15 @@ except ImportError:  # a build from before the collector tuning (a baseline run)
 #: Goals (issue 15).
 GOAL_REALISTIC_P99_MS = 20.0
 GOAL_SATURATION_PER_CORE = 2.0  # times the baseline
-#: Main's figures at 6cde69f with this benchmark, 1 worker, measured on the 2-core machine
-#: while six other jobs ran on it (load average ~10): the latencies are mostly that
-#: machine's queue, and the engine overran its delay in 355 of 4608 realistic turns; turns
-#: per CPU-second is the figure that travels (saturation then had a 1 ms engine delay,
-#: which does not change it).
+#: Main's figures at 6cde69f with this benchmark, 1 worker. Saturation: remeasured with
+#: nothing else running (``PYTHONPATH`` at a 6cde69f checkout whose test engine has
+#: ``delay_from_arrival``; 64 sessions, 50 ms engine delay). Realistic: measured while six
+#: other jobs ran (load average ~10), so its latencies are mostly that machine's queue;
+#: turns per CPU-second is the figure that travels.
 BASELINE: dict[str, Any] = {
     "commit": "6cde69f",
     "realistic": {"p50_ms": 24213, "p99_ms": 85508, "turns_per_s": 6.17, "turns_per_cpu_s": 18.9},
-    "saturation": {"p50_ms": 7957, "p99_ms": 22893, "turns_per_s": 5.97, "turns_per_cpu_s": 20.7},
+    "saturation": {"p50_ms": 2296, "p99_ms": 3990, "turns_per_s": 26.0, "turns_per_cpu_s": 21.5},
 }
 
 
