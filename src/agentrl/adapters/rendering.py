@@ -115,14 +115,7 @@ class RenderStats:
     tokenized_chars: int = 0
 
 
-def _render_text(
-    tokenizer: PreTrainedTokenizerBase,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-    chat_template: str | None,
-    chat_template_kwargs: Mapping[str, Any],
-) -> str:
-    return render_chat(tokenizer, messages, tools, chat_template, chat_template_kwargs)
+_render_text = render_chat  # the template's text, compiled where possible (templates)
 
 
 def render_text(

@@ -8,10 +8,12 @@ truncates the same visible way. ``exec_and_wait`` (long detached commands) is in
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import os
 import pathlib
 import shlex
+import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -38,6 +40,8 @@ __all__ = [
     "cap_output_shell",
     "check_result",
     "max_output_bytes",
+    "process_alive",
+    "process_label",
     "truncated",
 ]
 
@@ -333,3 +337,38 @@ class Sandbox(abc.ABC):
 async def _run_through_exec(self: Sandbox, request: ExecRequest) -> ExecResult:
     """``run_exec`` of a backend that overrides ``exec`` itself."""
     return await self.exec(**attrs.asdict(request, recurse=False))
+
+
+# -- who owns a sandbox: labels that tell a dead owner's leftovers apart (sweeps) ----------
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), None when it is not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+
+
+@functools.cache
+def _own_start() -> str:
+    return _start_ticks(os.getpid()) or "0"
+
+
+def process_label() -> str:
+    """``host:pid:start`` of this process (the start tells a reused pid apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_own_start()}"
+
+
+def process_alive(label: str) -> bool | None:
+    """Whether the process of a ``process_label`` runs; None when it is on another host."""
+    host, _, rest = label.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname():
+        return None
+    if not pid.isdigit():
+        return False
+    ticks = _start_ticks(int(pid))
+    return ticks is not None and ticks == start

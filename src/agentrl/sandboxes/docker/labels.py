@@ -15,7 +15,6 @@ listing or removal is logged, never raised).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ import socket
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+from agentrl.sandboxes.base import process_alive, process_label
 
 __all__ = [
     "OWNER_KEY",
@@ -52,38 +53,6 @@ _run_ids: dict[int, str] = {}
 def process_run_id() -> str:
     """This process's run id: one per process (a forked child gets its own)."""
     return _run_ids.setdefault(os.getpid(), uuid.uuid4().hex)
-
-
-def _start_ticks(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot), None when it is not running."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
-
-
-@functools.cache
-def _own_start() -> str:
-    return _start_ticks(os.getpid()) or "0"
-
-
-def process_label() -> str:
-    """``host:pid:start`` of this process (the start tells a reused pid apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_own_start()}"
-
-
-def process_alive(label: str) -> bool | None:
-    """Whether the process of a ``process_label`` runs; None when it is on another host."""
-    host, _, rest = label.partition(":")
-    pid, _, start = rest.partition(":")
-    if host != socket.gethostname():
-        return None
-    if not pid.isdigit():
-        return False
-    ticks = _start_ticks(int(pid))
-    return ticks is not None and ticks == start
 
 
 def container_labels(run_id: str | None, owner: str | None) -> dict[str, str]:

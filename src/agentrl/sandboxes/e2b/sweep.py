@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from agentrl.retry import retry
+from agentrl.sandboxes.base import process_alive as _process_alive
+from agentrl.sandboxes.base import process_label
 from agentrl.sandboxes.e2b.errors import Verdict, classify, reset_sdk_transports
 from agentrl.sandboxes.e2b.options import E2BOptions
 
@@ -70,38 +72,6 @@ def process_run_id() -> str:
 def owner_of(options: E2BOptions) -> str:
     """The deployment label: ``options.owner``, else this host's name."""
     return options.owner or socket.gethostname()
-
-
-def _start_ticks(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot), None when it is not running."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
-
-
-@functools.cache
-def _own_start() -> str:
-    return _start_ticks(os.getpid()) or "0"
-
-
-def process_label() -> str:
-    """``host:pid:start`` of this process (the start tells a reused pid apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_own_start()}"
-
-
-def _process_alive(label: str) -> bool | None:
-    """Whether the process of a ``process_label`` runs; None when it is on another host."""
-    host, _, rest = label.partition(":")
-    pid, _, start = rest.partition(":")
-    if host != socket.gethostname():
-        return None
-    if not pid.isdigit():
-        return False
-    ticks = _start_ticks(int(pid))
-    return ticks is not None and ticks == start
 
 
 def run_labels(options: E2BOptions, boot_key: str) -> dict[str, str]:
