@@ -47,7 +47,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.adapters.base",
     ),
     ("agentrl.plugins",),
-    ("agentrl.engines", "agentrl.parsers"),
+    ("agentrl.engines", "agentrl.parsers", "agentrl.observers"),
     ("agentrl.adapters", "agentrl.sandboxes"),
     ("agentrl.harnesses", "agentrl.graders"),
     ("agentrl.rollout", "agentrl.preflight"),

@@ -221,6 +221,7 @@ def _s(name: str, type: str, readers: str, **more: Any) -> Setting:
 _PLUGINS, _TOK, _LOCAL = "agentrl.plugins", "agentrl.tokenizers", "agentrl.sandboxes.local"
 _HARN, _SBX, _E2B = "agentrl.harnesses", "agentrl.sandboxes", "agentrl.sandboxes.e2b"
 _GRD, _RO, _SL = "agentrl.graders", "agentrl.rollout", "agentrl.slime"
+_OBS = "agentrl.observers"
 
 #: Every environment variable agentrl reads (test doubles' own under agentrl.testing aside).
 # fmt: off
@@ -230,6 +231,14 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_TRACE_PLUGINS", "bool", _PLUGINS, default=False,
        help="log every hook call, its arguments and the plugins it reaches (logger "
             "agentrl.plugins, INFO)"),
+    _s("AGENTRL_TRACK", "list", _OBS, default=(),
+       help="experiment trackers every rollout is logged to: wandb, tensorboard (what "
+            "agentrl rollout --track takes; read inside slime too)"),
+    _s("AGENTRL_TRACK_DIR", "path", _OBS,
+       default_doc="`agentrl rollout`: its `--out` directory; elsewhere the working directory",
+       help="where trackers write: DIR/wandb/ (W&B), DIR/tensorboard/RUN/ (TensorBoard)"),
+    _s("AGENTRL_TRACK_PROJECT", "str", _OBS, default="agentrl",
+       help="the W&B project the runs are logged to"),
     _s("AGENTRL_CACHE_DIR", "path", f"{_TOK} {_LOCAL}",
        default_doc="`~/.cache/agentrl` (images: `$XDG_CACHE_HOME/agentrl` when that is set)",
        help="agentrl's cache: generated tokenizers, demo models, installed CLIs (clis/), "

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-__all__ = ["parser_options", "prompt_mode_option"]
+if TYPE_CHECKING:
+    from agentrl.observers import TrackOptions
+
+__all__ = ["parser_options", "prompt_mode_option", "track_from", "track_options"]
 
 #: How prompts are built (see docs/middleware.md, "Prompt modes").
 prompt_mode_option: Callable[[Any], Any] = click.option(
@@ -41,3 +44,49 @@ def parser_options(*, reasoning_default: str | None) -> Callable[[Any], Any]:
         help="Reasoning parser, e.g. qwen3 ('' for none).",
     )
     return lambda command: tool(reasoning(command))
+
+
+def track_options(command: Any) -> Any:
+    """``--track`` (repeatable, or a comma list), ``--track-dir`` and ``--track-project``;
+    ``track_from`` reads them into ``TrackOptions``."""
+    for option in reversed(
+        (
+            click.option(
+                "--track",
+                "track",
+                multiple=True,
+                metavar="TRACKER",
+                help="Log every rollout to an experiment tracker: wandb or tensorboard "
+                "(repeatable, or comma-separated) [default: $AGENTRL_TRACK, else none].",
+            ),
+            click.option(
+                "--track-dir",
+                type=click.Path(file_okay=False),
+                help="Where trackers write: DIR/wandb/, DIR/tensorboard/RUN/ "
+                "[default: $AGENTRL_TRACK_DIR, else --out].",
+            ),
+            click.option(
+                "--track-project",
+                help="The W&B project [default: $AGENTRL_TRACK_PROJECT, else agentrl].",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def track_from(kw: dict[str, Any], *, default_directory: str) -> TrackOptions:
+    """The ``TrackOptions`` of ``track_options``' flags (popped from ``kw``), the
+    ``AGENTRL_TRACK*`` variables filling what they leave unset."""
+    from agentrl.observers import TrackError, TrackOptions
+    from agentrl.settings import SettingsError
+
+    try:
+        return TrackOptions.from_settings(
+            trackers=kw.pop("track", ()),
+            directory=kw.pop("track_dir", None),
+            project=kw.pop("track_project", None),
+            default_directory=default_directory,
+        )
+    except (TrackError, SettingsError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--track") from None

@@ -12,7 +12,13 @@ from typing import Any
 import click
 
 from agentrl import plugins
-from agentrl.cli.options import parser_options, prompt_mode_option, workers_option
+from agentrl.cli.options import (
+    parser_options,
+    prompt_mode_option,
+    track_from,
+    track_options,
+    workers_option,
+)
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
@@ -169,6 +175,7 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     help="On resume, count rollouts that ended in infra_error or grader_error as done "
     "instead of running them again.",
 )
+@track_options
 def rollout_command(**kw: Any) -> None:
     """Run agents on TASKS (JSONL rows) and write graded, token-exact samples.
 
@@ -201,6 +208,7 @@ def rollout_command(**kw: Any) -> None:
     except (TaskLoadError, LookupError) as exc:
         raise click.ClickException(str(exc)) from None
     tasks = _select_tasks(tasks, kw["instances"], kw["limit"])
+    track = track_from(kw, default_directory=kw["out"])
     cli_dir = kw["cli_dir"]
     if cli_dir is None:
         cli_dir = _default_cli_dir(kw["harness"])
@@ -233,6 +241,7 @@ def rollout_command(**kw: Any) -> None:
                 "agent_time_budget": kw["agent_time_budget"],
                 "eval_timeout": kw["eval_timeout"],
             },
+            track=track,
         )
         options.check()
     except StackError as exc:

@@ -200,6 +200,8 @@ async def run_rollout(
                 "harness": harness.name,
                 "timings": dict(result.timings),
                 "error": result.error,
+                "turns": result.turns,
+                "sampled_tokens": result.sampled_tokens,
             },
         ),
     )

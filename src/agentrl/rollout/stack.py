@@ -35,6 +35,7 @@ from agentrl import plugins
 from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
 from agentrl.adapters.shard_wire import tune_gc
 from agentrl.engines.base import EngineLocation, MissingEngineOptionError
+from agentrl.observers import TrackError, Tracking, TrackOptions
 from agentrl.plugin_options import OptionsError, check_option_keys
 from agentrl.rollout.config import RolloutConfig
 from agentrl.types import Task
@@ -142,6 +143,8 @@ class StackOptions:
     #: Its ``eval_timeout`` is the graders' budget; None: ``RolloutConfig()`` and each
     #: grader's own default budget.
     rollout: RolloutConfig | None = attrs.field(default=None, converter=rollout_config)
+    #: Experiment trackers every rollout is logged to (None or no trackers: none).
+    track: TrackOptions | None = None
 
     @property
     def over_unix_socket(self) -> bool:
@@ -217,6 +220,8 @@ class Stack:
         self.boot_semaphore: asyncio.Semaphore | None = None
         self._sandbox_cls: type[Sandbox] = plugins.get_sandbox(options.sandbox)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        #: The experiment trackers, registered as observers while the stack is up.
+        self.tracking: Tracking | None = None
 
     async def __aenter__(self) -> Stack:
         try:
@@ -274,6 +279,7 @@ class Stack:
 
         o = self.options
         harness_cls = plugins.get_harness(o.harness)
+        self._start_tracking()
         self.grader = self.make_grader(o.grader) if o.grader != "auto" else None
         sandbox_cls = self._sandbox_cls
 
@@ -328,6 +334,25 @@ class Stack:
             middleware.url or middleware.unix_path,
             o.workers,
         )
+
+    def _start_tracking(self) -> None:
+        """Register the trackers ``options.track`` names, given the stack's options as the
+        run's configuration (``StackError`` when a tracker's package is missing)."""
+        track = self.options.track
+        if track is None or not track.trackers:
+            return
+        config = {
+            name: value
+            for name, value in attrs.asdict(self.options, recurse=False).items()
+            if isinstance(value, (str, int, float, bool, type(None)))
+        }
+        config["sampling"] = dict(self.options.sampling)
+        if self.options.rollout is not None:
+            config["rollout"] = attrs.asdict(self.options.rollout)
+        try:
+            self.tracking = Tracking.open(attrs.evolve(track, config={**config, **track.config}))
+        except TrackError as exc:
+            raise StackError(str(exc)) from None
 
     def sandbox_factory(self, task: Task) -> Sandbox:
         """A fresh, unstarted sandbox for ``task`` (agent and grading sandboxes alike)."""
@@ -422,14 +447,18 @@ class Stack:
 
     async def aclose(self) -> None:
         """Close the middleware, then the engine, then remove the socket directory; first,
-        the sandbox backend sweeps what the run may have left alive (``Sandbox.sweep``).
+        the sandbox backend sweeps what the run may have left alive (``Sandbox.sweep``);
+        last, the trackers write their tables and close their runs.
 
         Each step runs even when an earlier one fails (the first error is raised after).
         """
         middleware, engine, tmp = self.middleware, self.engine, self._tmp
         started = middleware is not None
         self.middleware = self.engine = self._tmp = None
+        tracking, self.tracking = self.tracking, None
         async with contextlib.AsyncExitStack() as cleanup:
+            if tracking is not None:
+                cleanup.callback(tracking.close)
             if started:
                 cleanup.push_async_callback(self._sweep_sandboxes)
             if tmp is not None:

@@ -188,6 +188,7 @@ class Service:
             self._stopped.set()
 
     async def _start(self) -> None:
+        from agentrl.observers import TrackOptions
         from agentrl.rollout.stack import Stack, StackOptions
 
         s, c = self.settings, self.config
@@ -218,6 +219,7 @@ class Service:
             boot_concurrency=c.boot_concurrency,
             workers=c.middleware_workers,
             rollout=c.rollout_kwargs(),
+            track=TrackOptions.from_settings(),  # AGENTRL_TRACK: W&B or TensorBoard
         )
         self.stack = stack = Stack(options)
         await stack.__aenter__()
