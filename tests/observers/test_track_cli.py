@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rollout_support import CLI_DIR, TASKS, claude_solution
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
@@ -94,3 +95,18 @@ async def test_rollout_command_tracks_to_tensorboard(tmp_path, scripted_engine, 
     assert f"| {rollout['session_id']} | claude_code |" in table[2]
     config = tensor_util.make_ndarray(accumulator.Tensors("config")[-1].tensor_proto).item()
     assert b'"harness": "claude_code"' in config
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [(["--track", "wandb,mlflow"], {}), ([], {"AGENTRL_TRACK": "mlflow"})],
+)
+def test_an_unknown_tracker_is_a_usage_error(tmp_path, flags, env):
+    """``--track mlflow`` or ``AGENTRL_TRACK=mlflow``: exit 2 naming the trackers there are,
+    before any stack starts."""
+    from agentrl.cli.rollout import rollout_command
+
+    args = [str(_task_file(tmp_path)), "--engine-url", "http://127.0.0.1:9", *flags]
+    result = CliRunner().invoke(rollout_command, args, env={"AGENTRL_TRACK": None, **env})
+    assert result.exit_code == 2, result.output
+    assert "no tracker named 'mlflow'" in result.output and "wandb, tensorboard" in result.output
