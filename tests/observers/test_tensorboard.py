@@ -42,6 +42,7 @@ def test_rollouts_become_scalars_and_a_text_table(agentrl_registry, events, tmp_
     for event in events:
         plugins.notify("on_rollout_finished", event)
 
+    tracking.flush()
     scalars, texts = read_run(logdir)  # before close: nothing is buffered away
     assert scalars["reward"] == [(1, 1.0), (2, 0.0), (3, 0.0)]
     assert texts == {}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import threading
+import time
 
 import pytest
 
@@ -91,6 +93,7 @@ def test_registered_only_while_open_lazy_and_closed_once(agentrl_registry, event
     assert tracker in agentrl_registry.pm.get_plugins() and tracker.opened == 0
     for event in events:
         plugins.notify("on_rollout_finished", event)
+    tracking.flush()
     assert tracker.opened == 1
     steps = [
         (step, m["outcomes/solved"], m["outcomes/infra_error"]) for step, m, _ in tracker.logged
@@ -113,6 +116,7 @@ def test_a_backend_that_fails_to_open_is_reported_once(agentrl_registry, events,
     agentrl_registry.pm.register(tracker, name="recorder")
     for event in events:
         plugins.notify("on_rollout_finished", event)
+    tracker.flush()
     assert tracker.opened == 1 and tracker.logged == []
     assert caplog.text.count("the recorder tracker failed to start") == 1
     tracker.close()
@@ -133,3 +137,26 @@ def test_table_columns_follow_the_phases_rollouts_run(events):
         "textstats-3",
     ]
     assert rows[2][columns.index("outcome")] == "infra_error"
+
+
+def test_the_hook_never_waits_on_the_backend(agentrl_registry, events):
+    """A backend stuck opening its run (a slow W&B login, say) does not hold up the caller
+    of the hook (the event loop): events are counted and queued, and written in order once
+    it is back; close waits for them and the table."""
+    release = threading.Event()
+
+    class Stuck(_Recorder):
+        def _open(self):
+            super()._open()
+            assert release.wait(10)
+
+    tracker = Stuck(TrackOptions())
+    agentrl_registry.pm.register(tracker, name="stuck")
+    started = time.monotonic()
+    for event in events:
+        plugins.notify("on_rollout_finished", event)
+    assert time.monotonic() - started < 1.0
+    assert len(tracker.rows) == 3 and tracker.logged == []
+    release.set()
+    tracker.close()
+    assert [step for step, _, _ in tracker.logged] == [1, 2, 3] and tracker.finished == 1

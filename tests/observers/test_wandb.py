@@ -107,6 +107,7 @@ def test_offline_run_holds_history_summary_config_and_the_table(
     assert not (track_dir / "wandb").exists() and service_processes() == []
     for event in events:
         plugins.notify("on_rollout_finished", event)
+    tracking.flush()
     assert service_processes(), "the run opened with the first rollout"
     tracking.close()
     deadline = time.monotonic() + 10

@@ -85,6 +85,11 @@ class Tracking:
                 tracking._names.append(name)
         return tracking
 
+    def flush(self) -> None:
+        """Wait until every rollout so far is written by every tracker."""
+        for tracker in self.trackers:
+            tracker.flush()
+
     def close(self) -> None:
         """Unregister every tracker, then close it (each even when another fails; logged)."""
         for name in self._names:

@@ -2,10 +2,11 @@
 
 A ``Tracker`` is a plugin object: its ``on_rollout_finished`` hook implementation turns each
 ``RolloutFinishedEvent`` into a ``RolloutRow``, updates the running outcome counts and
-hands the row's metrics to the backend (``_log``). The backend's run is opened on the
-first rollout (``_open``), never at construction, and the table of every rollout is
-written when the tracker closes (``_finish``). A backend that fails to open is reported
-once and then left alone, so a broken tracker never fails a rollout.
+queues the row's metrics for the backend (``_log``), which a writer thread of its own
+writes, so the event loop calling the hook never waits on a tracker. The backend's run is
+opened on the first rollout (``_open``), never at construction, and the table of every
+rollout is written when the tracker closes (``_finish``). A backend that fails to open is
+reported once and then left alone, so a broken tracker never fails a rollout.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import collections
 import importlib.util
 import logging
 import pathlib
+import queue
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -199,6 +201,11 @@ class Tracker:
     Subclasses set ``name`` (as ``--track`` names it), ``module`` (the package they import)
     and ``extra`` (agentrl's extra that installs it), and write ``_open``, ``_log`` and
     ``_finish``. The package is imported only in ``_open``.
+
+    The hook never blocks the event loop it is called on (the middleware's and the
+    rollouts'): it counts the rollout and queues it; one writer thread per tracker, started
+    with the first rollout, opens the backend's run and writes, in order. ``close`` writes
+    what is queued, then the table, and waits for it.
     """
 
     name: ClassVar[str]
@@ -214,6 +221,8 @@ class Tracker:
             {outcome.value: 0 for outcome in Outcome}
         )
         self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[int, dict[str, float], RolloutRow] | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
         self._opened = False
         self._broken = False
         self._closed = False
@@ -244,14 +253,50 @@ class Tracker:
 
     @hookimpl
     def on_rollout_finished(self, event: RolloutFinishedEvent) -> None:
-        """Log ``event``'s rollout: its own metrics and the running totals, at step N."""
+        """Count ``event``'s rollout and queue its metrics and the running totals, at step N."""
         row = RolloutRow.from_event(event)
         with self._lock:
-            if self._closed or not self._ensure_open():
+            if self._closed:
                 return
             self.rows.append(row)
             self.outcomes[row.outcome] += 1
-            self._log(len(self.rows), {**row.metrics(), **self.summary()}, row)
+            self._queue.put((len(self.rows), {**row.metrics(), **self.summary()}, row))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write, name=f"agentrl-track-{self.name}", daemon=True
+                )
+                self._writer.start()
+
+    def flush(self) -> None:
+        """Wait until every rollout queued so far is written (or dropped, if broken)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Write what is queued and the trajectory table, close the run and wait for it
+        (once; nothing to do if no rollout came)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writer = self._writer
+            if writer is not None:
+                self._queue.put(None)
+        if writer is not None:
+            writer.join()
+
+    def _write(self) -> None:
+        """The writer thread: open on the first rollout, log each, finish on ``None``."""
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    if self._opened:
+                        self._finish_logged()
+                    return
+                if self._ensure_open():
+                    self._log_logged(*item)
+            finally:
+                self._queue.task_done()
 
     def _ensure_open(self) -> bool:
         if self._opened or self._broken:
@@ -268,16 +313,19 @@ class Tracker:
             self._opened = True
         return self._opened
 
-    def close(self) -> None:
-        """Write the trajectory table and close the run (once; a no-op if it never opened)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._opened:
-                self._finish()
+    def _log_logged(self, step: int, metrics: Mapping[str, float], row: RolloutRow) -> None:
+        try:
+            self._log(step, metrics, row)
+        except Exception:
+            logger.exception("the %s tracker failed to log rollout %d", self.name, step)
 
-    # -- the backend ----------------------------------------------------------------------
+    def _finish_logged(self) -> None:
+        try:
+            self._finish()
+        except Exception:
+            logger.exception("the %s tracker failed to close its run", self.name)
+
+    # -- the backend (called on the writer thread) ---------------------------------------
     def _open(self) -> None:
         raise NotImplementedError
 
