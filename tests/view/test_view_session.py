@@ -1,0 +1,128 @@
+"""A rollout's session tree and token provenance (agentrl.view.session), from real
+linearised samples (tests/view/conftest.py) and from rows older writers left."""
+
+from __future__ import annotations
+
+from agentrl.view.session import build_session, common_prefix, sample_view
+from conftest import FAILING_TASK, SESSION_TASK
+
+
+def _session(source):
+    return source.rollout_data(f"{SESSION_TASK}#0")["session"]
+
+
+def test_chain_tree_has_main_sub_agent_and_side_request(crafted_source):
+    """The longest chain is main; the chain started after its Task call is a sub-agent
+    spawned by Task; the one-turn tool-less chain is a side request."""
+    chains = {c["kind"]: c for c in _session(crafted_source)["chains"]}
+    assert set(chains) == {"main", "sub-agent", "side request"}
+    sub = chains["sub-agent"]
+    assert sub["parent"] == chains["main"]["leaf"] and sub["spawned_by"] == "Task"
+    assert sub["after"] == chains["main"]["turns"][0]
+    assert len(chains["side request"]["turns"]) == 1
+
+
+def test_turns_carry_the_middleware_facts(crafted_source):
+    """Each turn has its finish reason, tool calls, parse status, timing and prompt mode."""
+    turns = _session(crafted_source)["turns"]
+    first_main = turns["1"]
+    assert first_main["tool_calls"] == ["Task"] and first_main["finish_reason"] == "stop"
+    assert first_main["ill_formed"] is False and first_main["engine_seconds"] == 0.25
+    assert first_main["offset_seconds"] == 1.0 and first_main["prompt_mode"] == "splice"
+    assert turns["5"]["splice_fallback"] == "new_chain"
+    assert turns["4"]["realigned"] is True and turns["4"]["trained_in_sample"] is None
+
+
+def test_token_classes_and_markers_of_realign_and_fork(crafted_source):
+    """The realigned response is 'd' (masked after drift) with a REALIGN marker at its start;
+    the forked sample's FORK sits where its tokens leave the previous segment's."""
+    samples = _session(crafted_source)["samples"]
+    main = [s for s in samples if s["segment"] == 0 and "d" in s["classes"]]
+    assert len(main) == 1
+    view = main[0]
+    realign = next(m for m in view["markers"] if m["kind"] == "realign")
+    assert view["classes"][realign["at"]] == "d"
+    assert view["classes"][: view["prompt_length"]] == "p" * view["prompt_length"]
+    assert view["trained_tokens"] == view["classes"].count("t") > 0
+    fork_sample = next(s for s in samples if s["segment"] == 1)
+    fork = next(m for m in fork_sample["markers"] if m["kind"] == "fork")
+    assert fork["at"] == 3 and "token 3" in fork["reason"]
+    fallback = next(m for m in view["markers"] if m["kind"] == "fallback")
+    assert fallback["reason"] == "new_chain"
+
+
+def test_a_turn_trained_in_another_sample_is_marked_other():
+    """A sampled turn this sample carries untrained (claimed elsewhere) is 'o', not context."""
+    row = {
+        "tokens": list(range(10)),
+        "prompt_length": 2,
+        "loss_mask": [0, 0, 0, 0, 1, 1, 1, 1],
+        "rollout_logprobs": [0.0] * 8,
+        "metadata": {"turns": [1, 2], "trained_turns": [2], "realigned_turns": []},
+    }
+    turns = {
+        1: {
+            "id": 0,
+            "prompt_tokens": 2,
+            "output_tokens": 2,
+            "splice_fallback": None,
+            "prompt_mode": None,
+            "finish_reason": None,
+            "tool_calls": None,
+            "ill_formed": None,
+        },
+        2: {
+            "id": 1,
+            "prompt_tokens": 6,
+            "output_tokens": 4,
+            "splice_fallback": None,
+            "prompt_mode": None,
+            "finish_reason": None,
+            "tool_calls": None,
+            "ill_formed": None,
+        },
+    }
+    assert sample_view(row, turns)["classes"] == "ppoocctttt"
+
+
+def test_old_directories_without_session_files_still_build():
+    """Samples alone (no session file, no turn metadata): classes from the mask, facts None."""
+    row = {
+        "tokens": [1, 2, 3, 4],
+        "prompt_length": 2,
+        "loss_mask": [1, 0],
+        "rollout_logprobs": [-0.5, 0.0],
+        "metadata": {"turns": [1], "trained_turns": [1], "leaf": 1},
+    }
+    session = build_session([row], None)
+    assert session["facts_known"] is False
+    assert session["samples"][0]["classes"] == "pptc"
+    assert session["turns"]["t1"]["finish_reason"] is None
+    assert session["chains"][0]["kind"] == "main"
+
+
+def test_malformed_sample_rows_are_skipped():
+    """A row without tokens, or with junk ids, does not break the page."""
+    session = build_session(
+        [{"tokens": "x"}, {"tokens": [1, "a"], "prompt_length": 1, "loss_mask": [1]}]
+    )
+    (view,) = session["samples"]
+    assert view["tokens"] == [1, -1] and view["classes"] == "pt"
+
+
+def test_common_prefix_over_long_sequences():
+    """The shared prefix is found exactly across slice boundaries."""
+    a = list(range(20000))
+    b = [*a[:12345], -1, *a[12346:]]
+    assert (
+        common_prefix(a, b) == 12345 and common_prefix(a, a) == 20000 and common_prefix([], a) == 0
+    )
+
+
+def test_run_page_of_the_crafted_run(crafted_source):
+    """The run data counts both outcomes and records the tokenizer the runner wrote."""
+    source = crafted_source
+    data = source.run_data()
+    assert data["overview"]["outcomes"] == {"solved": 1, "infra_error": 1}
+    assert data["tokenizer"] and source.token_text.decodes
+    assert source.rollout_data(f"{FAILING_TASK}#0")["session"]["samples"] == []
