@@ -10,7 +10,10 @@ agent, a sub-agent it spawned with a ``Task`` call, a side request, a REALIGN an
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import attrs
@@ -254,3 +257,65 @@ def crafted_source(crafted_dir):
     from agentrl.view import RunSource
 
     return RunSource.open(crafted_dir)
+
+
+CHROMIUM = os.environ.get("AGENTRL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"the browser tests must run in CI: {reason}")
+    print(f"\nskipping the browser tests: {reason}")
+    pytest.skip(reason)
+
+
+def screenshot_dir() -> pathlib.Path:
+    """Where the browser tests put screenshots (``AGENTRL_SCREENSHOT_DIR``, CI prints them)."""
+    path = pathlib.Path(os.environ.get("AGENTRL_SCREENSHOT_DIR") or REPO / ".cache" / "screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+async def browser():
+    """Headless Debian chromium driven by playwright (missing: skipped, or failed under CI)."""
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+    if not pathlib.Path(CHROMIUM).exists():
+        _unavailable(f"chromium is not installed at {CHROMIUM} (apt: chromium)")
+    async with async_playwright() as p:
+        instance = await p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox"], headless=True
+        )
+        try:
+            yield instance
+        finally:
+            await instance.close()
+
+
+async def open_page(browser, url: str, width: int = 1280, height: int = 900):
+    """A new page at ``url``, its script errors collected in ``page.errors``."""
+    page = await browser.new_page(viewport={"width": width, "height": height})
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.on("console", lambda msg: msg.type == "error" and page.errors.append(msg.text))
+    await page.goto(url)
+    await page.wait_for_selector("body[data-ready]")
+    return page
+
+
+async def goto_hash(page, fragment: str) -> None:
+    """Follow an in-page link (``#/…``) and wait for the page to be drawn."""
+    await page.evaluate("f => { location.hash = f; }", fragment)
+    await page.wait_for_selector(f"body[data-ready={json.dumps(fragment)}]")
+
+
+async def screenshot(page, name: str) -> pathlib.Path:
+    """A full-page screenshot into :func:`screenshot_dir`; its path is printed."""
+    path = screenshot_dir() / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path

@@ -257,6 +257,7 @@
       if (start < n) { starts.push(start); ends.push(n); }
       for (; mi < markers.length; mi++) { starts.push(-1 - mi); ends.push(0); }
       count = starts.length;
+      box.style.height = Math.min(count * LH + 4, Math.max(240, 0.6 * window.innerHeight)) + "px";
       const firstT = sample.classes.indexOf("t");
       spacer.style.height = count * LH + "px";
       for (let r = 0; r < count; r++) {
