@@ -284,7 +284,7 @@ async def browser():
         from playwright.async_api import async_playwright
     except ImportError:
         _unavailable("playwright is not installed (pip install -e '.[dev]')")
-    if not pathlib.Path(CHROMIUM).exists():
+    if not os.path.exists(CHROMIUM):
         _unavailable(f"chromium is not installed at {CHROMIUM} (apt: chromium)")
     async with async_playwright() as p:
         instance = await p.chromium.launch(

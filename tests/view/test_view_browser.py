@@ -17,6 +17,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from rollout_support import CLI_DIR, claude_solution
+
+from agentrl.types import Outcome
+from agentrl.view import RunSource, export_html
 from conftest import (
     FAILING_TASK,
     SESSION_TASK,
@@ -27,10 +31,6 @@ from conftest import (
     screenshot,
     write_run,
 )
-from rollout_support import CLI_DIR, claude_solution
-
-from agentrl.types import Outcome
-from agentrl.view import RunSource, export_html
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
