@@ -277,6 +277,11 @@ def screenshot_dir() -> pathlib.Path:
     return path
 
 
+def _require_chromium() -> None:
+    if not os.path.exists(CHROMIUM):
+        _unavailable(f"chromium is not installed at {CHROMIUM} (apt: chromium)")
+
+
 @pytest.fixture
 async def browser():
     """Headless Debian chromium driven by playwright (missing: skipped, or failed under CI)."""
@@ -284,8 +289,7 @@ async def browser():
         from playwright.async_api import async_playwright
     except ImportError:
         _unavailable("playwright is not installed (pip install -e '.[dev]')")
-    if not os.path.exists(CHROMIUM):
-        _unavailable(f"chromium is not installed at {CHROMIUM} (apt: chromium)")
+    _require_chromium()
     async with async_playwright() as p:
         instance = await p.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox"], headless=True
