@@ -368,7 +368,8 @@ def build_session(samples: Sequence[Mapping[str, Any]], session: Any = None) -> 
     for turn in [*turns.values(), *unsampled]:
         if origin is not None and turn.get("started") is not None:
             turn["offset_seconds"] = round(turn["started"] - origin, 3)
-    tree = chain_tree(chains, turns) if turns else []
+    chains = {leaf: chain for leaf, chain in chains.items() if chain}
+    tree = chain_tree(chains, turns) if chains else []
     return {
         "turns": {
             str(turns[t]["id"]): turns[t] for t in sorted(turns, key=lambda t: _order(turns[t]))
