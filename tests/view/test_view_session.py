@@ -48,7 +48,8 @@ def test_token_classes_and_markers_of_realign_and_fork(crafted_source):
     fork = next(m for m in fork_sample["markers"] if m["kind"] == "fork")
     assert fork["at"] == 3 and "token 3" in fork["reason"]
     fallback = next(m for m in view["markers"] if m["kind"] == "fallback")
-    assert fallback["reason"] == "new_chain"
+    assert fallback["label"] == "fallback to render: new_chain"
+    assert "no earlier assistant message" in fallback["reason"]
 
 
 def test_a_turn_trained_in_another_sample_is_marked_other():

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentrl.adapters.splice import FALLBACK_REASONS
 from agentrl.view.model import integer, number, text
 
 __all__ = [
@@ -274,8 +275,8 @@ def sample_view(
                 {
                     "at": at,
                     "kind": "fallback",
-                    "label": "fallback",
-                    "reason": turn["splice_fallback"],
+                    "label": f"fallback to render: {turn['splice_fallback']}",
+                    "reason": FALLBACK_REASONS.get(turn["splice_fallback"], "an unknown reason"),
                 }
             )
         if traj in realigned:

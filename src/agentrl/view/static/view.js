@@ -327,7 +327,7 @@
         "\n" + JSON.stringify(texts[k]);
       tip.hidden = false;
       tip.style.left = Math.min(e.clientX + 12, window.innerWidth - 320) + "px";
-      tip.style.top = e.clientY + 16 + "px";
+      tip.style.top = (e.clientY + 90 > window.innerHeight ? e.clientY - 70 : e.clientY + 16) + "px";
     });
     box.addEventListener("mouseleave", () => { tip.hidden = true; });
     const jump = el("select", { class: "jump", on: { change: (e) => { if (e.target.value !== "") box.scrollTop = Number(e.target.value) * LH; } } },
