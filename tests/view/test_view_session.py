@@ -3,6 +3,9 @@ linearised samples (tests/view/conftest.py) and from rows older writers left."""
 
 from __future__ import annotations
 
+import pytest
+
+from agentrl.view import RunSource, ViewError
 from agentrl.view.session import build_session, common_prefix, sample_view
 from conftest import FAILING_TASK, SESSION_TASK
 
@@ -127,3 +130,40 @@ def test_run_page_of_the_crafted_run(crafted_source):
     assert data["overview"]["outcomes"] == {"solved": 1, "infra_error": 1}
     assert data["tokenizer"] and source.token_text.decodes
     assert source.rollout_data(f"{FAILING_TASK}#0")["session"]["samples"] == []
+
+
+def test_a_slime_dump_reads_as_rollouts_of_its_sessions(tmp_path, crafted_source):
+    """slime's --save-debug-rollout-data file (torch.save of Sample.to_dict rows): each
+    session is a rollout; tokens, mask and the trajectory's markers survive."""
+    torch = pytest.importorskip("torch")
+    rows = crafted_source.samples(f"{SESSION_TASK}#0")
+    dump = []
+    for k, row in enumerate(rows):
+        meta = {**row["metadata"], "session_id": "s-1", "instance_id": SESSION_TASK,
+                "outcome": "solved", "reward": 1.0, "timings": {"agent": 2.0}}  # fmt: skip
+        dump.append({"group_index": 0, "index": k, "tokens": row["tokens"],
+                     "response_length": row["response_length"], "loss_mask": row["loss_mask"],
+                     "rollout_log_probs": torch.tensor(row["rollout_logprobs"]),
+                     "reward": 1.0, "metadata": meta, "status": "completed"})  # fmt: skip
+    path = tmp_path / "rollout_3.pt"
+    torch.save({"rollout_id": 3, "samples": dump}, path)
+    source = RunSource.open(path)
+    assert source.kind == "slime" and [r["key"] for r in source.rows] == ["rollout 3 · s-1"]
+    assert source.rows[0]["outcome"] == "solved" and source.rows[0]["num_samples"] == len(rows)
+    session = source.rollout_data("rollout 3 · s-1")["session"]
+    kinds = {m["kind"] for s in session["samples"] for m in s["markers"]}
+    assert {"fork", "realign"} <= kinds
+    assert {c["kind"] for c in session["chains"]} == {"main", "sub-agent", "side request"}
+
+
+def test_a_dump_with_a_pickled_object_is_refused(tmp_path):
+    """A .pt file holding an arbitrary object is not unpickled (weights_only): a ViewError."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "evil.pt"
+    torch.save({"samples": [CraftedObject()]}, path)
+    with pytest.raises(ViewError, match="not a slime rollout dump"):
+        RunSource.open(path)
+
+
+class CraftedObject:
+    """An object torch.load(weights_only=True) refuses to rebuild."""

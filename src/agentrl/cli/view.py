@@ -28,8 +28,8 @@ __all__ = ["view_command"]
 def view_command(
     path: pathlib.Path, html: pathlib.Path | None, port: int, host: str, tokenizer: str | None
 ) -> None:
-    """Show PATH, an `agentrl rollout` output directory or an `agentrl serve --output`
-    JSONL file: outcomes, pass@k, timings and failures; each rollout's diff, grade,
+    """Show PATH, an `agentrl rollout` output directory, an `agentrl serve --output`
+    JSONL file or slime --save-debug-rollout-data files (.pt): outcomes, pass@k, timings and failures; each rollout's diff, grade,
     session tree and tokens coloured by loss mask (docs/view.md)."""
     from agentrl.view import RunSource, ViewError, export_html
 

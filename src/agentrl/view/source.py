@@ -1,5 +1,6 @@
-"""What ``agentrl view`` reads: an ``agentrl rollout`` output directory or the samples
-JSONL ``agentrl serve --output`` writes, as the run page's and rollout pages' data.
+"""What ``agentrl view`` reads: an ``agentrl rollout`` output directory, the samples
+JSONL ``agentrl serve --output`` writes, or slime's ``--save-debug-rollout-data`` files
+(:mod:`~agentrl.view.slime_dump`), as the run page's and rollout pages' data.
 
 ::
 
@@ -59,13 +60,15 @@ class RunSource:
     """One run on disk: its rows, its sample index and its tokenizer."""
 
     root: pathlib.Path
-    #: ``rollout`` (an output directory) or ``serve`` (a samples JSONL file).
+    #: ``rollout`` (an output directory), ``serve`` (a samples JSONL file) or ``slime``.
     kind: str
     samples_path: pathlib.Path | None
     rows: list[dict[str, Any]] = attrs.field(factory=list)
     earlier: list[dict[str, Any]] = attrs.field(factory=list)
     summary: dict[str, Any] = attrs.field(factory=dict)
     offsets: dict[str, list[int]] = attrs.field(factory=dict)
+    #: Sample rows held in memory, by key (a slime dump has no line offsets).
+    memory: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     token_text: TokenText = attrs.field(factory=TokenText)
     tokenizer_name: str | None = None
 
@@ -73,7 +76,11 @@ class RunSource:
     def open(cls, path: str | pathlib.Path, tokenizer: str | None = None) -> RunSource:
         """Read ``path``'s rows and index its samples; load ``tokenizer`` (or the run's)."""
         path = pathlib.Path(path)
-        if path.is_dir():
+        if path.suffix == ".pt" or (
+            path.is_dir() and not (path / ROLLOUTS_FILE).exists() and any(path.glob("*.pt"))
+        ):
+            source = cls._slime(path)
+        elif path.is_dir():
             source = cls._directory(path)
         elif path.is_file():
             source = cls._serve_file(path)
@@ -114,6 +121,17 @@ class RunSource:
         return source
 
     @classmethod
+    def _slime(cls, path: pathlib.Path) -> RunSource:
+        from agentrl.view.slime_dump import SlimeDumpError, load_dumps
+
+        try:
+            rows, samples = load_dumps(path)
+        except SlimeDumpError as exc:
+            raise ViewError(str(exc)) from None
+        root = path if path.is_dir() else path.parent
+        return cls(root=root, kind="slime", samples_path=None, rows=rows, memory=samples)
+
+    @classmethod
     def _serve_file(cls, path: pathlib.Path) -> RunSource:
         source = cls(root=path.parent, kind="serve", samples_path=path)
         source._index("session")
@@ -137,7 +155,9 @@ class RunSource:
         """The run page: every rollout's row and the run's numbers."""
         return {
             "kind": self.kind,
-            "title": self.root.name if self.kind == "rollout" else self.samples_path.name,  # type: ignore[union-attr]
+            "title": self.samples_path.name
+            if self.kind == "serve" and self.samples_path is not None
+            else self.root.name,
             "tokenizer": self.tokenizer_name,
             "decoded": self.token_text.decodes,
             "classes": CLASS_CODES,
@@ -155,6 +175,8 @@ class RunSource:
 
     def samples(self, key: str) -> list[dict[str, Any]]:
         """The sample rows of ``key``, in file order."""
+        if key in self.memory:
+            return self.memory[key]
         if self.samples_path is None:
             return []
         found = []
