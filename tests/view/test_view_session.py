@@ -167,3 +167,12 @@ def test_a_dump_with_a_pickled_object_is_refused(tmp_path):
 
 class CraftedObject:
     """An object torch.load(weights_only=True) refuses to rebuild."""
+
+
+def test_token_text_decodes_each_distinct_id_once(crafted_source):
+    """Per-id text from the run's tokenizer; ids outside the vocabulary show as ⟨id⟩."""
+    text = crafted_source.token_text
+    ids = text.tokenizer.encode("hello world", add_special_tokens=False)
+    vocab = text.vocab([*ids, *ids, -1, 10**9])
+    assert "".join(vocab[str(i)] for i in ids) == "hello world"
+    assert vocab["-1"] == "⟨-1⟩" and vocab[str(10**9)] == f"⟨{10**9}⟩"

@@ -8,6 +8,7 @@ one (none recorded, none loadable) every id shows as ``⟨id⟩``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,9 @@ class TokenText:
         self.tokenizer = tokenizer
         self.name = name
         self._cache: dict[int, str] = {}
+        # A fast tokenizer refuses concurrent use ("Already borrowed"): the server's
+        # requests decode one at a time.
+        self._lock = threading.Lock()
         self._size = len(tokenizer) if tokenizer is not None else 0
 
     @property
@@ -33,10 +37,11 @@ class TokenText:
     def vocab(self, ids: Iterable[int]) -> dict[str, str]:
         """``{str(id): text}`` for every distinct id in ``ids``."""
         distinct = set(ids)
-        missing = [i for i in distinct if i not in self._cache]
-        if missing:
-            self._cache.update(zip(missing, self._decode(missing), strict=True))
-        return {str(i): self._cache[i] for i in distinct}
+        with self._lock:
+            missing = [i for i in distinct if i not in self._cache]
+            if missing:
+                self._cache.update(zip(missing, self._decode(missing), strict=True))
+            return {str(i): self._cache[i] for i in distinct}
 
     def _decode(self, ids: list[int]) -> list[str]:
         if self.tokenizer is None:
