@@ -73,6 +73,7 @@ async def _real_rollout(tmp_path: Path, engine, tokenizer_dir: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 async def test_export_of_a_real_rollout_shows_outcomes_tokens_and_the_session_tree(
     browser, tmp_path, scripted_engine, qwen_tokenizer, qwen_tokenizer_dir
 ):

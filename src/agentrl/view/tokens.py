@@ -7,6 +7,7 @@ one (none recorded, none loadable) every id shows as ``⟨id⟩``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable
@@ -59,9 +60,17 @@ class TokenText:
 
 
 def load_token_text(path: str | None) -> TokenText:
-    """A :class:`TokenText` of the tokenizer at ``path``; ids only when it cannot load."""
+    """A :class:`TokenText` of the tokenizer at ``path``; ids only when it cannot load.
+
+    Loaded once per path in a process (a tokenizer takes seconds to load).
+    """
     if not path:
         return TokenText()
+    return _load_token_text(str(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_token_text(path: str) -> TokenText:
     from agentrl.tokenizers import load_tokenizer
 
     try:
