@@ -118,8 +118,9 @@ def test_deep_or_broken_json_is_unknown_not_a_crash(tmp_path):
 
 @pytest.mark.slow
 async def test_no_script_of_the_data_runs_in_a_browser(tmp_path):
-    """Attack: the markup above, opened in headless chromium. Bound: no injected script
-    ran (``window.__pwned`` unset) and the text is on the page as text."""
+    """Attack: the markup above, opened in headless chromium, and a malformed key in the
+    address. Bound: no injected script ran (``window.__pwned`` unset), the text is on the
+    page as text, and the bad key is "no rollout", not a dead page."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -145,5 +146,7 @@ async def test_no_script_of_the_data_runs_in_a_browser(tmp_path):
             await page.wait_for_selector("body[data-ready='#/']")
             assert await page.evaluate("window.__pwned === undefined")
             assert await page.locator("img").count() == 0
+            await page.evaluate("location.hash = '#/rollout/%E0%A4%A'")  # a malformed escape
+            await page.wait_for_selector("#missing")
         finally:
             await browser.close()

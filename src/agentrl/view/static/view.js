@@ -372,7 +372,12 @@
 
   function route() {
     const hash = location.hash;
-    const done = hash.startsWith("#/rollout/") ? showRollout(decodeURIComponent(hash.slice(10))) : showRun();
+    let done;
+    if (hash.startsWith("#/rollout/")) {
+      let key = hash.slice(10);
+      try { key = decodeURIComponent(key); } catch (e) { /* a malformed escape: the raw text */ }
+      done = showRollout(key);
+    } else done = showRun();
     done.then(() => {
       document.body.dataset.ready = hash || "#/";
       // The next frame is painted with the page drawn (the benchmark reads this time).
