@@ -120,6 +120,11 @@ async def test_export_of_a_real_rollout_shows_outcomes_tokens_and_the_session_tr
     await sample.locator("select.jump").select_option(label="first trained token")
     trained = sample.locator(".tokens .tok-trained").first
     await trained.wait_for(state="attached")
+    await main.locator("tr.turn-row").nth(2).click()  # the Bash turn: its tokens come into view
+    bash_turn = sample.locator(".marker-turn", has_text="tools: Bash")
+    await bash_turn.wait_for(state="attached")
+    shown, where = await sample.locator(".tokens").bounding_box(), await bash_turn.bounding_box()
+    assert shown["y"] <= where["y"] <= shown["y"] + shown["height"]
     assert "tok-trained" in await trained.get_attribute("class")
     assert await trained.get_attribute("data-i")
     await screenshot(page, "view-rollout-claude")

@@ -176,3 +176,37 @@ def test_token_text_decodes_each_distinct_id_once(crafted_source):
     vocab = text.vocab([*ids, *ids, -1, 10**9])
     assert "".join(vocab[str(i)] for i in ids) == "hello world"
     assert vocab["-1"] == "⟨-1⟩" and vocab[str(10**9)] == f"⟨{10**9}⟩"
+
+
+def _facts(*counts):
+    return {"turns": [{"index": i, "tool_calls": ["Bash"]} for i in range(sum(counts))]}
+
+
+def _chain_rows(chains):
+    """Sample rows for chains given as lists of middleware turn indices (leaf = last)."""
+    rows = []
+    for chain in chains:
+        trajectory = [m + 1 for m in chain]
+        rows.append({
+            "tokens": [1, 2], "prompt_length": 1, "loss_mask": [1], "rollout_logprobs": [0.0],
+            "metadata": {"leaf": trajectory[-1], "turns": trajectory, "trained_turns": trajectory,
+                         "turn_metadata": {str(t): {"middleware_turn": t - 1} for t in trajectory}},
+        })  # fmt: skip
+    return rows
+
+
+def test_chains_before_and_after_the_main_agent_are_restarts():
+    """A compaction: the chain after the main agent's last turn is a restart, the one before
+    its first turn the earlier context; both hang under the main chain."""
+    rows = _chain_rows([[0, 1], [2, 3, 4, 5], [6, 7]])
+    chains = build_session(rows, _facts(8))["chains"]
+    assert [c["kind"] for c in chains] == ["earlier context", "main", "restart"]
+    assert chains[2]["after"] == 5 and chains[0]["parent"] == chains[1]["leaf"]
+
+
+def test_a_chain_sharing_its_first_turns_is_a_branch():
+    """A rewind: the second chain starts with the first chain's turns, then leaves them."""
+    rows = _chain_rows([[0, 1, 2], [0, 1, 3]])
+    chains = build_session(rows, _facts(4))["chains"]
+    assert [c["kind"] for c in chains] == ["main", "branch"]
+    assert chains[1]["after"] == 1 and chains[1]["parent"] == chains[0]["leaf"]

@@ -146,8 +146,9 @@ def chain_tree(chains: Mapping[int, list[int]], turns: Mapping[int, Mapping[str,
     the rest, the chain with the most turns is the ``main`` agent; a one-turn chain
     calling no tool a ``side request`` (titles, quota checks); a chain that starts between
     the main agent's first and last turn a ``sub-agent`` (``spawned_by`` the main turn
-    before it that called a sub-agent tool, when one did); one before or after a
-    ``restart`` (a compaction or a fresh context).
+    before it that called a sub-agent tool, when one did); one is a
+    ``restart`` when it starts after the main agent's last turn (a compaction, a fresh
+    context), ``earlier context`` when it comes before (what the main agent restarted from).
     """
     order = sorted(
         chains, key=lambda leaf: min((_order(turns[t]) for t in chains[leaf]), default=0)
@@ -183,8 +184,10 @@ def chain_tree(chains: Mapping[int, list[int]], turns: Mapping[int, Mapping[str,
                 node["kind"] = "side request"
             elif lo < start < hi:
                 node["kind"] = "sub-agent"
-            else:
+            elif start > hi:
                 node["kind"] = "restart"
+            else:
+                node["kind"] = "earlier context"
             node["parent"] = main
             if before:
                 node["after"] = turns[before[-1]]["id"]

@@ -261,12 +261,17 @@
       const firstT = sample.classes.indexOf("t");
       spacer.style.height = count * LH + "px";
       for (let r = 0; r < count; r++) {
-        if (starts[r] < 0) { const m = markers[-1 - starts[r]]; jump.append(el("option", { value: r, text: m.label + " @" + m.at })); }
+        if (starts[r] < 0) {
+          const m = markers[-1 - starts[r]];
+          jump.append(el("option", { value: r, text: m.label + " @" + m.at }));
+          if (m.kind === "turn" && !(String(m.turn) in turnRows)) turnRows[String(m.turn)] = r;
+        }
         else if (firstTrained < 0 && firstT >= starts[r] && firstT < ends[r]) firstTrained = r;
       }
       if (firstTrained >= 0) jump.insertBefore(el("option", { value: firstTrained, text: "first trained token" }), jump.children[1] || null);
     }
     let firstTrained = -1;
+    const turnRows = {};
     const pl = sample.prompt_length;
     function heat(i) {
       if (sample.classes[i] !== "t") return "";
@@ -332,7 +337,21 @@
     box.addEventListener("mouseleave", () => { tip.hidden = true; });
     const jump = el("select", { class: "jump", on: { change: (e) => { if (e.target.value !== "") box.scrollTop = Number(e.target.value) * LH; } } },
       el("option", { value: "", text: "jump to…" }));
-    return { box, jump, draw };
+    function hasTurn(id) { return sample.turns.some((t) => String(t) === String(id)); }
+    function trainsTurn(id) {
+      const m = markers.find((x) => x.kind === "turn" && String(x.turn) === String(id));
+      return !!m && sample.classes[m.at] === "t";
+    }
+    function showTurn(id) {
+      if (!laidOut) draw();
+      const r = turnRows[String(id)];
+      if (r === undefined) return false;
+      box.scrollIntoView({ block: "center" });
+      box.scrollTop = Math.max(0, (r - 2) * LH);
+      draw();
+      return true;
+    }
+    return { box, jump, draw, hasTurn, trainsTurn, showTurn };
   }
 
   function samplesBlock(detail, classes) {
@@ -368,6 +387,14 @@
       treeBlock(detail.session), section);
     window.scrollTo(0, 0);
     for (const v of views) v.draw();
+    // A click on a turn's row shows its tokens: in the sample that trains it, else the first holding it.
+    document.getElementById("session").addEventListener("click", (e) => {
+      const row = e.target.closest("tr.turn-row");
+      if (!row) return;
+      const id = row.dataset.turn;
+      const view = views.find((v) => v.trainsTurn(id)) || views.find((v) => v.hasTurn(id));
+      if (view) view.showTurn(id);
+    });
   }
 
   function route() {
