@@ -3,6 +3,8 @@ linearised samples (tests/view/conftest.py) and from rows older writers left."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentrl.view import RunSource, ViewError
@@ -210,3 +212,16 @@ def test_a_chain_sharing_its_first_turns_is_a_branch():
     chains = build_session(rows, _facts(4))["chains"]
     assert [c["kind"] for c in chains] == ["main", "branch"]
     assert chains[1]["after"] == 1 and chains[1]["parent"] == chains[0]["leaf"]
+
+
+def test_the_runner_writes_what_the_view_reads(crafted_dir, qwen_tokenizer_dir):
+    """The runner records the tokenizer in summary.json and, per rollout, sessions/KEY.json
+    with the task text and every turn's facts (a failed rollout: no turns)."""
+    summary = json.loads((crafted_dir / "summary.json").read_text())
+    assert summary["tokenizer"] == str(qwen_tokenizer_dir)
+    session = json.loads((crafted_dir / "sessions" / f"{SESSION_TASK}__0.json").read_text())
+    assert session["task"]["problem_statement"] == f"Problem of {SESSION_TASK}"
+    assert [t["index"] for t in session["turns"]] == list(range(7))
+    assert session["turns"][1]["tool_calls"] == ["Task"]
+    failed = json.loads((crafted_dir / "sessions" / f"{FAILING_TASK}__0.json").read_text())
+    assert failed["turns"] == []

@@ -371,7 +371,11 @@ class Runner:
                 "repo": task.repo,
                 "grader": task.grader,
             },
-            "turns": [attrs.asdict(fact) for fact in getattr(result, "turn_facts", ())],
+            "turns": [
+                attrs.asdict(fact)
+                for fact in getattr(result, "turn_facts", ())
+                if attrs.has(type(fact))
+            ],
         }
         path = self.out / SESSIONS_DIR / f"{stem}{SESSION_SUFFIX}"
         path.parent.mkdir(parents=True, exist_ok=True)
