@@ -51,6 +51,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentrl.adapters", "agentrl.sandboxes"),
     ("agentrl.harnesses", "agentrl.graders"),
     ("agentrl.rollout", "agentrl.preflight"),
+    ("agentrl.view",),
     ("agentrl.slime", "agentrl.cli"),
     ("agentrl.testing",),
     ("agentrl",),

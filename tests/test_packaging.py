@@ -55,6 +55,8 @@ def test_wheel_ships_license_type_marker_and_example_tasks(wheel):
     assert "agentrl/py.typed" in names
     assert "agentrl/_examples/tasks/scaleswe.jsonl" in names
     assert "agentrl/_examples/tasks/swebench.jsonl" in names
+    for asset in ("view.html", "view.css", "view.js"):  # `agentrl view`'s page
+        assert f"agentrl/view/static/{asset}" in names
 
 
 def test_every_extra_that_renders_chat_templates_declares_jinja2(wheel):

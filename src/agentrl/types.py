@@ -170,12 +170,21 @@ class TurnRecordedEvent:
 class TurnFact:
     """What a middleware session keeps of each recorded engine turn: its sizes and its end.
 
-    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``).
+    ``finish_reason`` is the engine's (``stop``, ``length``, ``abort``). The rest, for
+    ``agentrl view``'s session page, has defaults (older writers left it out): the
+    middleware's turn ``index``, the names of the parsed ``tool_calls``, whether the
+    parser found the output ``ill_formed``, the engine's seconds and the turn's wall-clock
+    start (``time.time()``). Two facts are equal when their sizes and end are.
     """
 
     prompt_tokens: int
     output_tokens: int
     finish_reason: str
+    index: int | None = attrs.field(default=None, eq=False)
+    tool_calls: tuple[str, ...] = attrs.field(default=(), converter=tuple, eq=False)
+    ill_formed: bool = attrs.field(default=False, eq=False)
+    engine_seconds: float | None = attrs.field(default=None, eq=False)
+    started: float | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -95,6 +95,7 @@ BUILTIN_COMMANDS = [
     "rollout",
     "serve",
     "tasks",
+    "view",
 ]
 
 

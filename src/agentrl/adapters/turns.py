@@ -259,6 +259,8 @@ class Turn:
     #: How :meth:`render` made the prompt in splice mode (None in render mode).
     splice: SplicePlan | None = None
     engine_seconds: float = 0.0
+    #: ``time.time()`` when the turn began (the session page's timeline).
+    wall_started: float = attrs.field(factory=time.time)
 
     async def run(self, request: web.Request) -> web.StreamResponse:
         """Render → clamp → generate → parse → reply → record; returns the response sent.
@@ -396,6 +398,11 @@ class Turn:
                 prompt_tokens=turn.prompt_tokens,
                 output_tokens=turn.output_tokens,
                 finish_reason=turn.finish_reason,
+                index=self.index,
+                tool_calls=tuple(call.name for call in turn.tool_calls),
+                ill_formed=turn.ill_formed,
+                engine_seconds=round(self.engine_seconds, 6),
+                started=self.wall_started,
             )
         )
         if sampled and recorded is not None:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 @hookimpl(trylast=True)
 def register_commands(cli: click.Group) -> None:
-    """Add plugins, rollout, serve, demo, examples, check-tasks, tasks, install-clis and
-    preflight."""
+    """Add plugins, rollout, serve, demo, examples, check-tasks, tasks, install-clis,
+    preflight and view."""
     from agentrl.cli.check_tasks import check_tasks_command
     from agentrl.cli.demo import demo_command
     from agentrl.cli.examples import examples_command
@@ -28,6 +28,7 @@ def register_commands(cli: click.Group) -> None:
     from agentrl.cli.rollout import rollout_command
     from agentrl.cli.serve import serve
     from agentrl.cli.tasks import tasks_group
+    from agentrl.cli.view import view_command
 
     for command in (
         plugins_command,
@@ -39,5 +40,6 @@ def register_commands(cli: click.Group) -> None:
         tasks_group,
         install_clis_command,
         preflight_command,
+        view_command,
     ):
         cli.add_command(command)

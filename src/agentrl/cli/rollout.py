@@ -311,6 +311,7 @@ def run_stack(
                 evaluation=evaluation,
                 decode=stack.decode,
                 keep_failed=keep_failed,
+                tokenizer=options.tokenizer or options.model_path,
             )
             jobs = runner.plan(tasks, samples_per_task)
             stack.check_tasks({job.task.instance_id: job.task for job in jobs}.values())

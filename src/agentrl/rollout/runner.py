@@ -10,7 +10,10 @@ Output directory layout (``--out DIR``)::
     samples.jsonl           token-level training rows, one per TrainingSample (not in --eval)
     agent_logs/KEY.log      the agent CLI's own log (stream-json / --json output)
     diffs/KEY.diff          the agent's diff
-    summary.json            the summary table's numbers
+    sessions/KEY.json       the task text and the middleware's facts of every turn (index,
+                            sizes, finish reason, tool calls, parse status, timing), for
+                            ``agentrl view``
+    summary.json            the summary table's numbers (and the run's ``tokenizer``)
 
 A rollout's samples are written before its ``rollouts.jsonl`` line, so that line is the
 commit point: re-running resumes by skipping the keys already there and dropping sample
@@ -49,6 +52,7 @@ SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 LOGS_DIR, LOG_SUFFIX = "agent_logs", ".log"
 DIFFS_DIR, DIFF_SUFFIX = "diffs", ".diff"
+SESSIONS_DIR, SESSION_SUFFIX = "sessions", ".json"
 
 
 def _staging_name(name: str) -> str:
@@ -62,7 +66,7 @@ OUTPUT_FILES = frozenset(
     | {_staging_name(name) for name in (ROLLOUTS_FILE, SAMPLES_FILE)}
 )
 #: The runner's per-rollout directories, with the suffix of the files it writes there.
-OUTPUT_DIRS = {LOGS_DIR: LOG_SUFFIX, DIFFS_DIR: DIFF_SUFFIX}
+OUTPUT_DIRS = {LOGS_DIR: LOG_SUFFIX, DIFFS_DIR: DIFF_SUFFIX, SESSIONS_DIR: SESSION_SUFFIX}
 #: Outcomes that say nothing about the policy: a resumed run does them again.
 RETRIED_OUTCOMES = frozenset(o.value for o in Outcome if not o.trainable)
 
@@ -202,6 +206,7 @@ class Runner:
         evaluation: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
         keep_failed: bool = False,
+        tokenizer: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -211,6 +216,8 @@ class Runner:
         self.evaluation = evaluation
         self.decode = decode
         self.keep_failed = keep_failed
+        #: The tokenizer's name or path, recorded for ``agentrl view`` to decode with.
+        self.tokenizer = str(tokenizer) if tokenizer else None
         self.summary = RunSummary()
         self._write_lock = asyncio.Lock()
         #: key -> attempt number, for keys whose earlier attempts failed.
@@ -299,7 +306,10 @@ class Runner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            (self.out / SUMMARY_FILE).write_text(json.dumps(self.summary.to_dict(), indent=2))
+            summary = self.summary.to_dict()
+            if self.tokenizer:
+                summary["tokenizer"] = self.tokenizer
+            (self.out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         return self.summary
 
     async def _commit(self, job: RolloutJob, result: Any) -> None:
@@ -341,12 +351,35 @@ class Runner:
         diff_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(result.agent_log or "")
         diff_path.write_text(result.diff or "")
+        self._write_session(job, result, diff_path.name[: -len(DIFF_SUFFIX)])
         if not self.evaluation:
             with (self.out / SAMPLES_FILE).open("a") as fh:
                 for k, sample in enumerate(result.samples):
                     fh.write(json.dumps(self._sample_row(job, k, sample, result)) + "\n")
         with (self.out / ROLLOUTS_FILE).open("a") as fh:
             fh.write(json.dumps(row, default=str) + "\n")
+
+    def _write_session(self, job: RolloutJob, result: Any, stem: str) -> None:
+        """``sessions/STEM.json``: what the view shows of a rollout that the rows do not hold."""
+        task = job.task
+        session = {
+            "key": job.key,
+            "tokenizer": self.tokenizer,
+            "task": {
+                "instance_id": task.instance_id,
+                "problem_statement": task.problem_statement,
+                "repo": task.repo,
+                "grader": task.grader,
+            },
+            "turns": [
+                attrs.asdict(fact)
+                for fact in getattr(result, "turn_facts", ())
+                if attrs.has(type(fact))
+            ],
+        }
+        path = self.out / SESSIONS_DIR / f"{stem}{SESSION_SUFFIX}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(session, default=str))
 
     def _sample_row(self, job: RolloutJob, k: int, sample: Any, result: Any) -> dict[str, Any]:
         row = {
