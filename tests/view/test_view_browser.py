@@ -2,7 +2,7 @@
 
 The export holds a real rollout (the real Claude Code CLI through the whole stack, the
 scripted SGLang engine as the model, as in tests/cli/test_rollout_cli.py) and the crafted
-session of tests/view/conftest.py (a sub-agent, a REALIGN, a FORK) committed into the same
+session of tests/support/view_support.py (a sub-agent, a REALIGN, a FORK) committed into the same
 directory by the real runner. The tests assert on the DOM and leave screenshots in
 ``$AGENTRL_SCREENSHOT_DIR`` (default .cache/screenshots) for a person to look at.
 """
@@ -18,10 +18,7 @@ from urllib.parse import quote
 
 import pytest
 from rollout_support import CLI_DIR, claude_solution
-
-from agentrl.types import Outcome
-from agentrl.view import RunSource, export_html
-from conftest import (
+from view_support import (
     FAILING_TASK,
     SESSION_TASK,
     CraftedResult,
@@ -31,6 +28,9 @@ from conftest import (
     screenshot,
     write_run,
 )
+
+from agentrl.types import Outcome
+from agentrl.view import RunSource, export_html
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+from view_support import SESSION_TASK
 
 from agentrl.cli.group import cli
-from conftest import SESSION_TASK
 
 
 def test_html_export_writes_one_self_contained_file(tmp_path, crafted_dir):

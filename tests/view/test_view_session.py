@@ -1,15 +1,15 @@
 """A rollout's session tree and token provenance (agentrl.view.session), from real
-linearised samples (tests/view/conftest.py) and from rows older writers left."""
+linearised samples (tests/support/view_support.py) and from rows older writers left."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from view_support import FAILING_TASK, SESSION_TASK
 
 from agentrl.view import RunSource, ViewError
 from agentrl.view.session import build_session, common_prefix, sample_view
-from conftest import FAILING_TASK, SESSION_TASK
 
 
 def _session(source):
