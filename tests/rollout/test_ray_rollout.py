@@ -1,0 +1,200 @@
+"""`agentrl rollout --ray` on a real 2-node Ray cluster on this machine.
+
+The cluster is two ``ray start --block`` processes (a head with the ``agentrl_head``
+resource, a second node with ``agentrl_node2``), started once for the module and stopped
+by the process groups started here. The drivers are the real CLI; the policy is the
+scripted SGLang engine in this process, which every node reaches by URL; the sandboxes
+are real ``local`` ones running the real Claude Code CLI. The node-kill test runs last:
+it takes the second node away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+from ray_support import (
+    SessionScript,
+    layout,
+    rollout_args,
+    rows,
+    run,
+    sandbox_processes,
+    start,
+    task_file,
+)
+from rollout_support import CLI_DIR
+
+pytestmark = pytest.mark.slow
+
+SAMPLES = 4
+#: Two rollouts at once on each node: four in flight, two per node.
+PER_NODE = ("--concurrency-per-node", "2")
+#: What a Ray row says beyond a local one.
+RAY_KEYS = {"node_id", "node_ip", "rescheduled"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A head and a second node, up for the whole module; nothing of them left after."""
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("ray")
+    from agentrl.testing.ray_cluster import LocalRayCluster, RayStartError
+
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis`")
+    cluster = LocalRayCluster(num_cpus=2, nodes=("node2",))
+    try:
+        cluster.start(("node2",))
+    except RayStartError as exc:
+        cluster.stop()
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"a local Ray cluster does not start here: {exc}")
+    cluster.names = cluster.node_ids()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.processes() == [], "raylet/gcs processes of the test cluster remain"
+
+
+@pytest.fixture
+def engine(scripted_engine):
+    """The scripted engine, every session playing the textstats solution."""
+    scripted_engine.responder = SessionScript()
+    return scripted_engine
+
+
+def _args(tmp_path, out, engine, tokenizer, *extra):
+    return rollout_args(
+        task_file(tmp_path), out, engine.url, tokenizer, tmp_path / "sb", "-n", str(SAMPLES), *extra
+    )
+
+
+def _assert_nothing_left(ray_cluster, tmp_path):
+    assert ray_cluster.alive_actors() == [], "node actors outlived the driver"
+    assert sandbox_processes(tmp_path / "sb") == [], "sandboxes outlived the driver"
+
+
+async def test_a_ray_run_spreads_over_both_nodes_and_writes_what_a_local_run_does(
+    ray_cluster, engine, tmp_path, qwen_tokenizer_dir
+):
+    """Four rollouts, two slots a node: both nodes run some (their node ids in the rows);
+    the output directory has the same files, keys, outcomes and sample rows as a local run
+    of the same command; no actor and no sandbox is left."""
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    code, _, err = await run(
+        _args(tmp_path, local, engine, qwen_tokenizer_dir, "-c", "2"), tmp_path
+    )
+    assert code == 0, err[-3000:]
+    code, stdout, err = await run(
+        _args(
+            tmp_path, remote, engine, qwen_tokenizer_dir, "--ray", ray_cluster.address, *PER_NODE
+        ),
+        tmp_path,
+    )
+    assert code == 0, err[-3000:]
+    assert "solve rate" in stdout and "100.0%" in stdout
+
+    here, there = rows(local / "rollouts.jsonl"), rows(remote / "rollouts.jsonl")
+    assert sorted((r["key"], r["outcome"]) for r in there) == sorted(
+        (r["key"], r["outcome"]) for r in here
+    )
+    assert {r["outcome"] for r in there} == {"solved"} and len(there) == SAMPLES
+    assert {frozenset(r) - RAY_KEYS for r in there} == {frozenset(r) for r in here}
+    assert {r["node_id"] for r in there} == set(ray_cluster.names.values())
+    assert all(r["rescheduled"] == [] for r in there)
+    assert layout(remote) == layout(local)
+    samples_here, samples_there = rows(local / "samples.jsonl"), rows(remote / "samples.jsonl")
+    assert sorted(s["key"] for s in samples_there) == sorted(s["key"] for s in samples_here)
+    assert {len(s["tokens"]) for s in samples_there} == {len(s["tokens"]) for s in samples_here}
+    _assert_nothing_left(ray_cluster, tmp_path)
+
+
+async def test_a_killed_driver_resumes_redoing_only_what_was_not_committed(
+    ray_cluster, scripted_engine, tmp_path, qwen_tokenizer_dir
+):
+    """SIGKILL the driver once two rollouts committed (the other two held at their first
+    turn): its actors go with it; the re-run redoes only the two uncommitted rollouts and
+    keeps the committed lines as they were."""
+    held = {2, 3}
+    script = scripted_engine.responder = SessionScript(
+        lambda index, first: 20.0 if index in held and first else 0.0
+    )
+    out = tmp_path / "out"
+    args = _args(
+        tmp_path, out, scripted_engine, qwen_tokenizer_dir, "--ray", ray_cluster.address, *PER_NODE
+    )
+    proc = await start(args, tmp_path)
+    try:
+        for _ in range(1200):
+            if len(rows(out / "rollouts.jsonl")) >= 2 and len(set(script.indexes())) == SAMPLES:
+                break
+            assert proc.returncode is None, (await proc.stderr.read()).decode()[-3000:]
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("two rollouts did not commit")
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    committed = rows(out / "rollouts.jsonl")
+    assert sorted(r["sample_index"] for r in committed) == [0, 1]
+
+    before = len(script.sessions)
+    code, stdout, err = await run(args, tmp_path)
+    assert code == 0, err[-3000:]
+    assert "already done (resumed)" in stdout
+    assert sorted(script.indexes()[before:]) == sorted(held), "a committed rollout was redone"
+    final = rows(out / "rollouts.jsonl")
+    assert sorted(r["key"] for r in final) == [f"textstats-1#{i}" for i in range(SAMPLES)]
+    assert final[:2] == committed and {r["outcome"] for r in final} == {"solved"}
+    assert len(rows(out / "samples.jsonl")) == SAMPLES
+    _assert_nothing_left(ray_cluster, tmp_path)
+
+
+async def test_killing_the_second_node_reruns_its_rollouts_on_the_head(
+    ray_cluster, scripted_engine, tmp_path, qwen_tokenizer_dir
+):
+    """SIGKILL node2 while it runs two rollouts: they are sent once more, to the head, and
+    recorded as rescheduled; four lines in rollouts.jsonl, one per key, all solved; nothing
+    is left running. (Runs last: node2 stays dead.)"""
+    script = scripted_engine.responder = SessionScript(lambda index, first: 8.0 if first else 0.0)
+    out = tmp_path / "out"
+    args = _args(tmp_path, out, scripted_engine, qwen_tokenizer_dir, "--ray", "auto", *PER_NODE)
+    os.environ["RAY_ADDRESS"] = ray_cluster.address  # --ray auto finds the cluster by it
+    try:
+        proc = await start(args, tmp_path)
+    finally:
+        del os.environ["RAY_ADDRESS"]
+    try:
+        for _ in range(1200):
+            if len(script.sessions) >= SAMPLES:
+                break
+            assert proc.returncode is None, (await proc.stderr.read()).decode()[-3000:]
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("four rollouts did not start")
+        ray_cluster.kill_node("node2")
+        _, err_text = await asyncio.wait_for(proc.communicate(), 240)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err_text.decode()[-3000:]
+    final = rows(out / "rollouts.jsonl")
+    assert sorted(r["key"] for r in final) == [f"textstats-1#{i}" for i in range(SAMPLES)]
+    assert {r["outcome"] for r in final} == {"solved"}
+    head, node2 = ray_cluster.names["head"], ray_cluster.names["node2"]
+    moved = [r for r in final if r["rescheduled"]]
+    assert len(moved) == 2, final
+    for row in moved:
+        assert row["node_id"] == head
+        assert [lost["node_id"] for lost in row["rescheduled"]] == [node2]
+    assert len(rows(out / "samples.jsonl")) == SAMPLES
+    _assert_nothing_left(ray_cluster, tmp_path)
