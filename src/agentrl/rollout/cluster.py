@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -45,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 #: The custom resource a node may advertise to say how many rollouts it runs at once.
 SLOTS_RESOURCE = "agentrl_slots"
+#: The Ray namespace of the node actors (named ``rollouts-RUN-NODE``).
+ACTOR_NAMESPACE = "agentrl"
+#: Seconds a restarted actor has to answer before its node counts as gone.
+RECOVER_TIMEOUT = 180.0
 #: Seconds each node has to close its stack when the run ends.
 CLOSE_TIMEOUT = 60.0
 
@@ -61,7 +66,8 @@ class _Node:
     actor: Any = None
     running: int = 0
     alive: bool = True
-    failures: int = 0
+    #: While its actor restarts after a lost dispatch: nothing is sent there.
+    recovering: asyncio.Future[None] | None = None
 
 
 def portable_options(options: StackOptions) -> StackOptions:
@@ -98,6 +104,7 @@ class RayCluster:
         self._tokenizer: Any = None
         self._free: asyncio.Condition | None = None
         self._in_flight: set[Any] = set()
+        self._run_id = uuid.uuid4().hex[:8]
 
     @property
     def slots(self) -> int:
@@ -133,9 +140,6 @@ class RayCluster:
                 f"--ray {self.address}: cannot connect to a Ray cluster: {exc}"
             ) from None
         self._connected = True
-        self._tokenizer = await asyncio.to_thread(
-            load_tokenizer, self.options.tokenizer or self.options.model_path
-        )
         self.nodes = [
             _Node(
                 node_id=info["NodeID"],
@@ -149,7 +153,13 @@ class RayCluster:
             raise StackError(f"--ray {self.address}: the cluster has no alive node")
         for node in self.nodes:
             node.actor = self._actor(node)
-        started = await asyncio.gather(*(node.actor.start.remote() for node in self.nodes))
+        # The driver's tokenizer (to decode sample rows) loads while the nodes start.
+        tokenizer = asyncio.to_thread(
+            load_tokenizer, self.options.tokenizer or self.options.model_path
+        )
+        *started, self._tokenizer = await asyncio.gather(
+            *(node.actor.start.remote() for node in self.nodes), tokenizer
+        )
         for node, info in zip(self.nodes, started, strict=True):
             if "error" in info:
                 raise StackError(f"node {node.ip} ({node.node_id[:12]}): {info['error']}")
@@ -165,6 +175,9 @@ class RayCluster:
 
         remote = self._ray.remote(NodeRollouts)
         return remote.options(
+            # Named, so an operator (or a test) can find this run's actors.
+            name=f"rollouts-{self._run_id}-{node.node_id[:16]}",
+            namespace=ACTOR_NAMESPACE,
             num_cpus=0,
             max_restarts=self.max_restarts,
             max_task_retries=0,  # a lost rollout is re-sent by the driver, to another node
@@ -179,6 +192,9 @@ class RayCluster:
             return
         for ref in list(self._in_flight):
             ray.cancel(ref)
+        for node in self.nodes:
+            if node.recovering is not None:
+                node.recovering.cancel()
         actors = [node.actor for node in self.nodes if node.actor is not None]
         closing = [actor.close.remote() for actor in actors]
         if closing:
@@ -219,7 +235,7 @@ class RayCluster:
                 result = await self._dispatch(node, task, index)
             except _Lost as exc:
                 lost.append({"node_id": node.node_id, "error": exc.reason})
-                await self._judge(node)
+                await self._judge(node, gone=exc.gone)
                 continue
             finally:
                 await self._release(node)
@@ -232,7 +248,13 @@ class RayCluster:
     async def _dispatch(self, node: _Node, task: Task, index: int) -> NodeResult:
         ray = self._ray
         exceptions = ray.exceptions
-        lost_errors = (exceptions.RayActorError, exceptions.ObjectLostError)
+        lost_errors = (
+            exceptions.RayActorError,  # the actor died (Ray restarts it) or is unreachable
+            exceptions.ActorUnschedulableError,  # its node is gone: it cannot come back
+            exceptions.NodeDiedError,
+            exceptions.WorkerCrashedError,
+            exceptions.ObjectLostError,  # the result died with the node before it came here
+        )
         ref = node.actor.rollout.remote(task, index)
         self._in_flight.add(ref)
         try:
@@ -245,7 +267,7 @@ class RayCluster:
             logger.warning(
                 "rollout %s#%d lost on node %s: %s", task.instance_id, index, node.ip, reason
             )
-            raise _Lost(reason) from exc
+            raise _Lost(reason, gone=isinstance(exc, exceptions.ActorUnschedulableError)) from exc
         finally:
             self._in_flight.discard(ref)
 
@@ -258,7 +280,11 @@ class RayCluster:
                 if not alive:
                     raise RolloutLost("no node of the cluster is left alive")
                 preferred = [node for node in alive if node.node_id not in avoid] or alive
-                free = [node for node in preferred if node.running < node.slots]
+                free = [
+                    node
+                    for node in preferred
+                    if node.running < node.slots and node.recovering is None
+                ]
                 if free:
                     node = min(free, key=lambda n: n.running / n.slots)
                     node.running += 1
@@ -271,29 +297,58 @@ class RayCluster:
             node.running -= 1
             self._free.notify_all()
 
-    async def _judge(self, node: _Node) -> None:
-        """After a lost dispatch: is the node gone (Ray says so, or its actor is past its
-        restarts)? Then no more rollouts go there."""
-        node.failures += 1
-        nodes = await asyncio.to_thread(self._ray.nodes)
-        alive = {info["NodeID"] for info in nodes if info.get("Alive")}
-        if node.node_id not in alive or node.failures > self.max_restarts:
-            if node.alive:
-                logger.warning(
-                    "node %s (%s) is gone: its rollouts go elsewhere", node.ip, node.node_id[:12]
-                )
+    async def _judge(self, node: _Node, *, gone: bool = False) -> None:
+        """After a lost dispatch: no rollout goes to ``node`` until its actor answers again
+        (Ray restarts it); a node that is gone (or whose actor does not come back) is out."""
+        if not node.alive:
+            return
+        if gone:
+            await self._retire(node)
+            return
+        if node.recovering is None:
+            node.recovering = asyncio.ensure_future(self._recover(node))
+        await asyncio.shield(node.recovering)
+
+    async def _recover(self, node: _Node) -> None:
+        exceptions = self._ray.exceptions
+        deadline = asyncio.get_running_loop().time() + RECOVER_TIMEOUT
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                try:
+                    await node.actor.where.remote()
+                except exceptions.ActorUnavailableError:
+                    await asyncio.sleep(0.5)  # restarting
+                except (exceptions.RayActorError, exceptions.ActorUnschedulableError):
+                    break  # dead for good: past its restarts, or its node is gone
+                else:
+                    logger.warning("node %s: its actor is back", node.ip)
+                    return
+            await self._retire(node)
+        finally:
             assert self._free is not None
             async with self._free:
-                node.alive = False
+                node.recovering = None
                 self._free.notify_all()
+
+    async def _retire(self, node: _Node) -> None:
+        if node.alive:
+            logger.warning(
+                "node %s (%s) is gone: its rollouts go elsewhere", node.ip, node.node_id[:12]
+            )
+        assert self._free is not None
+        async with self._free:
+            node.alive = False
+            self._free.notify_all()
 
 
 class _Lost(Exception):
     """A dispatch lost with its node or actor (``reason`` says how)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, gone: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        #: The node can never run the actor again.
+        self.gone = gone
 
 
 async def _as_future(ref: Any) -> Any:

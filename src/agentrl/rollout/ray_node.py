@@ -142,9 +142,9 @@ class NodeRollouts:
             result=attrs.evolve(result, turn_facts=()), node_id=self.node_id, node_ip=self.node_ip
         )
 
-    def pid(self) -> int:
-        """This actor's process id (the fault tests kill it)."""
-        return os.getpid()
+    def where(self) -> dict[str, Any]:
+        """This actor's node id and process id (what the fault tests kill)."""
+        return {"node_id": self.node_id, "pid": os.getpid()}
 
     async def close(self) -> None:
         """Cancel the rollouts running here, then close the stack (its sandboxes swept)."""

@@ -14,6 +14,7 @@ then any process still naming its temporary directory is killed too.
         cluster.node_ids()                            # {"head": NODE_ID, "node2": NODE_ID}
         cluster.kill_node("node2")                    # SIGKILL: a node that dies
         cluster.alive_actors()                        # actors not DEAD, cluster-wide
+        cluster.rollout_actors()                      # agentrl's node actors: node id, pid
 
 ``RAY_AUTH_MODE=disabled`` is set for every process it starts; the GCS declares a silent
 node dead within about two seconds (instead of Ray's ~30).
@@ -203,6 +204,17 @@ class LocalRayCluster:
             "v.get('ActorClassName', '')} for k, v in state.actors().items()]))"
         )
         return [actor for actor in actors if actor["state"] != "DEAD"]
+
+    def rollout_actors(self) -> list[dict[str, Any]]:
+        """The node actors of ``agentrl rollout --ray`` alive now: name, node id, pid."""
+        return self.query(
+            "found = []\n"
+            "for actor in ray.util.list_named_actors(all_namespaces=True):\n"
+            "    if actor['namespace'] == 'agentrl':\n"
+            "        handle = ray.get_actor(actor['name'], namespace='agentrl')\n"
+            "        found.append({'name': actor['name'], **ray.get(handle.where.remote())})\n"
+            "print(json.dumps(found))"
+        )
 
     def processes(self) -> list[int]:
         """Pids of every process on this machine that names this cluster's directory."""
