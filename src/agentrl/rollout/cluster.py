@@ -50,6 +50,8 @@ SLOTS_RESOURCE = "agentrl_slots"
 ACTOR_NAMESPACE = "agentrl"
 #: Seconds a restarted actor has to answer before its node counts as gone.
 RECOVER_TIMEOUT = 180.0
+#: Sends of one rollout that may find its actor restarting, before it counts as lost.
+MAX_UNDELIVERED = 20
 #: Seconds each node has to close its stack when the run ends.
 CLOSE_TIMEOUT = 60.0
 
@@ -229,19 +231,24 @@ class RayCluster:
     async def rollout(self, task: Task, index: int) -> NodeResult:
         """Run one rollout on a node; sent once more, elsewhere, if its node or actor is lost."""
         lost: list[dict[str, str]] = []
-        for _dispatch in range(2):
+        undelivered = 0
+        while len(lost) < 2 and undelivered < MAX_UNDELIVERED:
             node = await self._acquire(avoid={entry["node_id"] for entry in lost})
             try:
                 result = await self._dispatch(node, task, index)
             except _Lost as exc:
-                lost.append({"node_id": node.node_id, "error": exc.reason})
+                if exc.delivered:
+                    lost.append({"node_id": node.node_id, "error": exc.reason})
+                else:
+                    undelivered += 1  # it never ran: sending it again is no reschedule
+                    await asyncio.sleep(min(0.25 * undelivered, 2.0))
                 await self._judge(node, gone=exc.gone)
                 continue
             finally:
                 await self._release(node)
             return attrs.evolve(result, rescheduled=tuple(lost)) if lost else result
         raise RolloutLost(
-            f"rollout {task.instance_id}#{index} was lost twice: "
+            f"rollout {task.instance_id}#{index} was lost {len(lost)} times: "
             + "; ".join(f"{entry['node_id'][:12]}: {entry['error']}" for entry in lost)
         )
 
@@ -267,7 +274,12 @@ class RayCluster:
             logger.warning(
                 "rollout %s#%d lost on node %s: %s", task.instance_id, index, node.ip, reason
             )
-            raise _Lost(reason, gone=isinstance(exc, exceptions.ActorUnschedulableError)) from exc
+            # Ray says so when it did not send the call: the actor was restarting.
+            delivered = not (
+                isinstance(exc, exceptions.ActorUnavailableError) and "restarting" in str(exc)
+            )
+            gone = isinstance(exc, exceptions.ActorUnschedulableError)
+            raise _Lost(reason, gone=gone, delivered=delivered) from exc
         finally:
             self._in_flight.discard(ref)
 
@@ -344,9 +356,11 @@ class RayCluster:
 class _Lost(Exception):
     """A dispatch lost with its node or actor (``reason`` says how)."""
 
-    def __init__(self, reason: str, *, gone: bool = False) -> None:
+    def __init__(self, reason: str, *, gone: bool = False, delivered: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
+        #: False when the actor never got the call (it was restarting).
+        self.delivered = delivered
         #: The node can never run the actor again.
         self.gone = gone
 

@@ -15,6 +15,7 @@ then any process still naming its temporary directory is killed too.
         cluster.kill_node("node2")                    # SIGKILL: a node that dies
         cluster.alive_actors()                        # actors not DEAD, cluster-wide
         cluster.rollout_actors()                      # agentrl's node actors: node id, pid
+        cluster.actor_pids("head")                    # their processes, found from /proc
 
 ``RAY_AUTH_MODE=disabled`` is set for every process it starts; the GCS declares a silent
 node dead within about two seconds (instead of Ray's ~30).
@@ -215,6 +216,30 @@ class LocalRayCluster:
             "        found.append({'name': actor['name'], **ray.get(handle.where.remote())})\n"
             "print(json.dumps(found))"
         )
+
+    def actor_pids(self, node: str | None = None, title: str = "ray::NodeRollouts") -> list[int]:
+        """Pids of this cluster's worker processes running an actor of class ``title`` (on
+        ``node``, or any), found from their raylet (no driver needed)."""
+        raylets = {}
+        for pid in self.processes():
+            with contextlib.suppress(OSError):
+                cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"/raylet/raylet" in cmdline.split(b"\0")[0]:
+                    raylets[pid] = cmdline
+        if node is not None:
+            mark = f"{self.root / node}/".encode()
+            raylets = {pid: cmd for pid, cmd in raylets.items() if mark in cmd}
+        found = []
+        for entry in pathlib.Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if not (entry / "cmdline").read_bytes().startswith(title.encode()):
+                    continue
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid in raylets:
+                    found.append(int(entry.name))
+        return found
 
     def processes(self) -> list[int]:
         """Pids of every process on this machine that names this cluster's directory."""
