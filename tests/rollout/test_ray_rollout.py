@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 
 import pytest
 from ray_support import (
@@ -27,6 +28,8 @@ from ray_support import (
 )
 from rollout_support import CLI_DIR
 
+from agentrl.testing.ray_cluster import free_port
+
 pytestmark = pytest.mark.slow
 
 SAMPLES = 3
@@ -34,6 +37,30 @@ SAMPLES = 3
 PER_NODE = ("--concurrency-per-node", "2")
 #: What a Ray row says beyond a local one.
 RAY_KEYS = {"node_id", "node_ip", "rescheduled"}
+
+
+async def test_an_address_without_a_cluster_is_one_line_and_ray_loads_only_on_use(
+    tmp_path, qwen_tokenizer_dir
+):
+    """``--ray HOST:PORT`` where nothing listens: exit 1 within seconds naming the address,
+    no traceback; importing the Ray runner does not import ``ray``."""
+    port = free_port()
+    args = rollout_args(
+        task_file(tmp_path),
+        tmp_path / "out",
+        "http://127.0.0.1:9",
+        qwen_tokenizer_dir,
+        tmp_path / "sb",
+        "--ray",
+        f"127.0.0.1:{port}",
+    )
+    code, _, err = await run(args, tmp_path, timeout=60)
+    assert code == 1, err[-3000:]
+    assert f"--ray 127.0.0.1:{port}: no Ray cluster answers there" in err
+    assert "Traceback" not in err
+    probe = "import sys, agentrl.rollout.cluster, agentrl.cli.rollout; print('ray' in sys.modules)"
+    code, out, err = await run([sys.executable, "-c", probe], tmp_path, timeout=60)
+    assert (code, out.strip()) == (0, "False"), err[-2000:]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
+import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -70,6 +71,18 @@ class _Node:
     alive: bool = True
     #: While its actor restarts after a lost dispatch: nothing is sent there.
     recovering: asyncio.Future[None] | None = None
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Raise ``StackError`` when nothing listens at a ``HOST:PORT`` address (``ray.init``
+    would retry for minutes); other addresses (``auto``, ``ray://…``) are Ray's to judge."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise StackError(f"--ray {address}: no Ray cluster answers there ({exc})") from None
 
 
 def portable_options(options: StackOptions) -> StackOptions:
@@ -134,6 +147,7 @@ class RayCluster:
             raise StackError(f"--ray needs Ray: {install_hint('ray')}") from None
         self._ray = ray
         self._free = asyncio.Condition()
+        await asyncio.to_thread(check_reachable, self.address)
         try:
             # Workers' output stays in the cluster's logs: the driver's terminal shows progress.
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
