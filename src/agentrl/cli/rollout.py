@@ -170,6 +170,21 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     help="Run at most this many tasks (the first ones, after --instance).",
 )
 @click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS|auto",
+    default=None,
+    help="Run the rollouts on a Ray cluster's nodes (one stack per node; this process "
+    "writes --out): 'auto' or the cluster's address. See docs/rollouts.md.",
+)
+@click.option(
+    "--concurrency-per-node",
+    type=click.IntRange(1),
+    default=None,
+    help="With --ray: rollouts (and sandbox boots) at once on each node that does not "
+    "advertise an agentrl_slots resource [default: --concurrency].",
+)
+@click.option(
     "--keep-failed",
     is_flag=True,
     help="On resume, count rollouts that ended in infra_error or grader_error as done "
@@ -257,6 +272,8 @@ def rollout_command(**kw: Any) -> None:
         concurrency=kw["concurrency"],
         evaluation=evaluation,
         keep_failed=kw["keep_failed"],
+        ray_address=kw["ray_address"],
+        concurrency_per_node=kw["concurrency_per_node"],
     )
     print_summary(summary, out, evaluation=evaluation)
     failed = {o: n for o, n in sorted(summary.outcomes.items()) if o in RETRIED_OUTCOMES}
@@ -292,17 +309,35 @@ def run_stack(
     concurrency: int,
     evaluation: bool,
     keep_failed: bool = False,
+    ray_address: str | None = None,
+    concurrency_per_node: int | None = None,
 ) -> RunSummary:
     """Build the stack and run every job not yet done in ``out``, for a CLI command.
 
     A stack that cannot start (unknown plugin, unreadable tokenizer, missing agent CLI,
     impossible options) or a task that cannot run in its sandbox (``Stack.check_tasks``)
     becomes a one-line error before the first rollout; Ctrl-C exits 130 once rollouts
-    have cleaned up. ``keep_failed``: see ``Runner``.
+    have cleaned up. ``keep_failed``: see ``Runner``. ``ray_address``: run on that Ray
+    cluster's nodes instead (``agentrl.rollout.cluster``), ``concurrency_per_node`` at once
+    on each (default ``concurrency``).
     """
     from agentrl.harnesses.errors import HarnessError
 
     async def run() -> RunSummary:
+        if ray_address is not None:
+            from agentrl.rollout.cluster import run_on_cluster
+
+            return await run_on_cluster(
+                options,
+                tasks,
+                out,
+                address=ray_address,
+                slots_per_node=concurrency_per_node or concurrency,
+                samples_per_task=samples_per_task,
+                evaluation=evaluation,
+                keep_failed=keep_failed,
+                run_jobs=run_with_progress,
+            )
         async with Stack(options) as stack:
             runner = Runner(
                 stack.rollout,
