@@ -11,6 +11,7 @@ it takes the second node away.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -118,7 +119,7 @@ async def test_a_ray_run_spreads_over_both_nodes_and_writes_what_a_local_run_doe
 ):
     """Three rollouts, two slots a node: both nodes run some (their node ids in the rows);
     the output directory has the same files, keys, outcomes and sample rows as a local run
-    of the same command; no actor and no sandbox is left."""
+    of the same command (the session files with their turn facts too); no actor and no sandbox is left."""
     local, remote = tmp_path / "local", tmp_path / "ray"
     code, _, err = await run(
         _args(tmp_path, local, engine, qwen_tokenizer_dir, "-c", "2"), tmp_path
@@ -142,6 +143,12 @@ async def test_a_ray_run_spreads_over_both_nodes_and_writes_what_a_local_run_doe
     assert {r["node_id"] for r in there} == set(ray_cluster.names.values())
     assert all(r["rescheduled"] == [] for r in there)
     assert layout(remote) == layout(local)
+    # The node's turn facts come back with the result: sessions/ (agentrl view) matches.
+    for path in (local / "sessions").iterdir():
+        facts_here = json.loads(path.read_text())["turns"]
+        facts_there = json.loads((remote / "sessions" / path.name).read_text())["turns"]
+        assert facts_here and len(facts_there) == len(facts_here)
+    assert json.loads((remote / "summary.json").read_text())["tokenizer"]
     samples_here, samples_there = rows(local / "samples.jsonl"), rows(remote / "samples.jsonl")
     assert sorted(s["key"] for s in samples_there) == sorted(s["key"] for s in samples_here)
     assert {len(s["tokens"]) for s in samples_there} == {len(s["tokens"]) for s in samples_here}

@@ -406,6 +406,7 @@ async def run_on_cluster(
             evaluation=evaluation,
             decode=cluster.decode,
             keep_failed=keep_failed,
+            tokenizer=options.tokenizer or options.model_path,
         )
         jobs = runner.plan(tasks, samples_per_task)
         await cluster.check_tasks({job.task.instance_id: job.task for job in jobs}.values())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl.rollout.stack import Stack, StackError, StackOptions
-from agentrl.types import Outcome, Task
+from agentrl.types import Outcome, Task, TurnFact
 
 if TYPE_CHECKING:
     from agentrl.rollout.run import RolloutResult
@@ -38,7 +38,7 @@ class NodeResult:
     """A rollout's result as it comes back from a node, with where it ran.
 
     It has the attributes the runner's write path reads (``samples``, ``outcome``,
-    ``remove_sample``, ``diff``, ``agent_log``, ``to_dict``), so it is committed exactly as
+    ``remove_sample``, ``diff``, ``agent_log``, ``turn_facts``, ``to_dict``), so it is committed exactly as
     a local ``RolloutResult``; its ``rollouts.jsonl`` line also says ``node_id``,
     ``node_ip`` and ``rescheduled`` (the nodes an earlier dispatch of it was lost on).
     """
@@ -68,6 +68,10 @@ class NodeResult:
     @property
     def agent_log(self) -> str:
         return self.result.agent_log
+
+    @property
+    def turn_facts(self) -> tuple[TurnFact, ...]:
+        return self.result.turn_facts
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,7 +131,8 @@ class NodeRollouts:
         return None
 
     async def rollout(self, task: Task, index: int) -> NodeResult:
-        """Run one rollout of ``task`` here; its result without the per-turn facts."""
+        """Run one rollout of ``task`` here; its result (turn facts included, which the
+        runner writes to ``sessions/``)."""
         current = asyncio.current_task()
         if current is not None:
             self._running.add(current)
@@ -137,10 +142,7 @@ class NodeRollouts:
         finally:
             if current is not None:
                 self._running.discard(current)
-        # The turn facts stay here: the runner writes none of them.
-        return NodeResult(
-            result=attrs.evolve(result, turn_facts=()), node_id=self.node_id, node_ip=self.node_ip
-        )
+        return NodeResult(result=result, node_id=self.node_id, node_ip=self.node_ip)
 
     def where(self) -> dict[str, Any]:
         """This actor's node id and process id (what the fault tests kill)."""
