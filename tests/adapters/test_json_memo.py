@@ -1,4 +1,4 @@
-"""The compiled template's ``tojson`` memo gives json.dumps' text for every value."""
+"""Shortcuts that must answer as the slow path: the ``tojson`` memo, ``same_exact_key``."""
 
 from __future__ import annotations
 
@@ -58,3 +58,19 @@ def test_calls_with_arguments_and_other_types_go_to_the_filter():
     assert memo({1: "x"}) == tojson({1: "x"})
     assert memo([2**70]) == tojson([2**70])
     assert memo._texts == {}
+
+
+@given(JSON, JSON)
+def test_same_exact_key_never_says_yes_wrongly(a, b):
+    """``same_exact_key`` is True only where the exact keys are equal, and for a value and
+    its fresh copy (NaN aside)."""
+    import copy
+
+    from agentrl.adapters.keys import exact_key, same_exact_key
+
+    if same_exact_key(a, b):
+        assert exact_key({"v": a}) == exact_key({"v": b})
+    if "NaN" not in exact_key({"v": a}):
+        assert same_exact_key(a, copy.deepcopy(a))
+    assert not same_exact_key({"x": 1, "y": 2}, {"y": 2, "x": 1})
+    assert not same_exact_key([1], [1.0]) and not same_exact_key([1], [True])
