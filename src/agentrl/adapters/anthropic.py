@@ -37,7 +37,6 @@ from agentrl.adapters.wire import (
     send_sse,
     sse_event,
 )
-from agentrl.adapters.wire_memo import current_memo
 
 __all__ = ["AnthropicAdapter"]
 
@@ -111,68 +110,52 @@ def translate_assistant(content: Any, field: str) -> tuple[dict[str, Any], list[
     return message, ids
 
 
-def translate_message(index: int, raw: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """Anthropic message ``index`` as chat messages, and the wire ids its assistant
-    message carries (an assistant message becomes exactly one chat message)."""
-    field = f"messages[{index}]"
-    expect_type(raw, dict, field, optional=False)
-    role = raw.get("role")
-    content = raw.get("content")
-    if role == "assistant":
-        message, ids = translate_assistant(content, f"{field}.content")
-        return [message], ids
-    if role == "system":
-        return [{"role": "system", "content": _text_of(content, f"{field}.content")}], []
-    if role != "user":
-        raise ProtocolError(
-            400,
-            f"{field}.role: expected 'user', 'assistant' or 'system', got {role!r}",
-            param=f"{field}.role",
-        )
-    if isinstance(content, str):
-        return [{"role": "user", "content": content}], []
-    expect_type(content, list, f"{field}.content", optional=False)
-    out: list[dict[str, Any]] = []
-    texts: list[str] = []
-    for j, block in enumerate(content):
-        bfield = f"{field}.content[{j}]"
-        expect_type(block, dict, bfield, optional=False)
-        if block.get("type") == "tool_result":
-            if texts:
-                out.append({"role": "user", "content": "\n".join(texts)})
-                texts = []
-            out.append({"role": "tool", "content": _tool_result_text(block, bfield)})
-        else:
-            texts.append(_text_of([block], bfield))
-    if texts:
-        out.append({"role": "user", "content": "\n".join(texts)})
-    return out, []
-
-
 def translate_messages(
     raw_messages: Any, system: Any
 ) -> tuple[list[dict[str, Any]], tuple[tuple[int, str], ...]]:
-    """Anthropic ``system`` + ``messages`` -> chat-template messages and replayed ids.
-
-    Inside :func:`~agentrl.adapters.wire_memo.translating`, a message exactly as the
-    session's previous request had it is not translated again (the same objects).
-    """
+    """Anthropic ``system`` + ``messages`` -> chat-template messages and replayed ids."""
     expect_type(raw_messages, list, "messages", optional=False)
     messages: list[dict[str, Any]] = []
     system_text = _text_of(system, "system")
     if system_text:
         messages.append({"role": "system", "content": system_text})
-    memo = current_memo()
-    if memo is None:
-        parts = [translate_message(i, raw) for i, raw in enumerate(raw_messages)]
-    else:
-        parts = memo.translate(raw_messages, translate_message)
     pending_ids: list[tuple[int, str]] = []
-    for translated, ids in parts:
-        pending_ids.extend((len(messages), wire_id) for wire_id in ids)
-        messages.extend(translated)
-    folded, replayed = fold_system_messages_with_ids(messages, pending_ids)
-    return (folded if memo is None else memo.intern(folded)), replayed
+    for i, raw in enumerate(raw_messages):
+        field = f"messages[{i}]"
+        expect_type(raw, dict, field, optional=False)
+        role = raw.get("role")
+        content = raw.get("content")
+        if role == "assistant":
+            message, ids = translate_assistant(content, f"{field}.content")
+            pending_ids.extend((len(messages), wire_id) for wire_id in ids)
+            messages.append(message)
+        elif role == "system":
+            messages.append({"role": "system", "content": _text_of(content, f"{field}.content")})
+        elif role == "user":
+            if isinstance(content, str):
+                messages.append({"role": "user", "content": content})
+                continue
+            expect_type(content, list, f"{field}.content", optional=False)
+            texts: list[str] = []
+            for j, block in enumerate(content):
+                bfield = f"{field}.content[{j}]"
+                expect_type(block, dict, bfield, optional=False)
+                if block.get("type") == "tool_result":
+                    if texts:
+                        messages.append({"role": "user", "content": "\n".join(texts)})
+                        texts = []
+                    messages.append({"role": "tool", "content": _tool_result_text(block, bfield)})
+                else:
+                    texts.append(_text_of([block], bfield))
+            if texts:
+                messages.append({"role": "user", "content": "\n".join(texts)})
+        else:
+            raise ProtocolError(
+                400,
+                f"{field}.role: expected 'user', 'assistant' or 'system', got {role!r}",
+                param=f"{field}.role",
+            )
+    return fold_system_messages_with_ids(messages, pending_ids)
 
 
 def translate_tools(raw_tools: Any) -> list[dict[str, Any]] | None:

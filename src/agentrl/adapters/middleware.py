@@ -44,7 +44,6 @@ from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, 
 from agentrl.adapters.splice import check_prompt_mode
 from agentrl.adapters.turns import TurnPipeline, TurnTiming, renderable
 from agentrl.adapters.wire import json_reply
-from agentrl.adapters.wire_memo import translating
 from agentrl.engines.base import Engine
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
 from agentrl.tokenizers import check_chat_template_support
@@ -389,8 +388,7 @@ class Middleware:
         headers = request.headers
 
         def translate() -> ChatRequest:
-            with translating(session.translations):
-                return adapter.parse_request(decode_json(raw), headers)
+            return adapter.parse_request(decode_json(raw), headers)
 
         return await self.turns.offloader.run(session, translate)
 

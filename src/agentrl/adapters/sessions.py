@@ -23,7 +23,6 @@ from agentrl.adapters.base import ProtocolError
 from agentrl.adapters.keys import exact_key, loose_key, same_exact_key, stripped
 from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.adapters.splice import SpliceLedger
-from agentrl.adapters.wire_memo import TranslationMemo
 from agentrl.trajectory import common_prefix_length
 from agentrl.types import TurnFact
 
@@ -108,8 +107,6 @@ class Session:
     chains: list[Chain] = attrs.field(factory=list)
     #: the recorded turns a spliced prompt can extend (splice mode).
     splice: SpliceLedger = attrs.field(factory=SpliceLedger)
-    #: the previous request's translation (unchanged messages are not translated again).
-    translations: TranslationMemo = attrs.field(factory=TranslationMemo)
     _clock: int = 0
 
     def remember(self, wire_id: str, turn_index: int) -> str:
