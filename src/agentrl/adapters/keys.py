@@ -2,18 +2,20 @@
 
 ``exact_key`` keeps key order (a chat template renders keys in the order given);
 ``loose_key`` is a message as a client may replay it: text trimmed, no reasoning, keys in
-any order.
+any order. ``same_exact_key`` says, without writing either key, when two messages'
+exact keys are equal for certain.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from agentrl.trajectory import message_key
 
-__all__ = ["exact_key", "loose_key", "stripped"]
+__all__ = ["exact_key", "loose_key", "same_exact_key", "stripped"]
 
 
 def exact_key(message: Mapping[str, Any]) -> str:
@@ -30,3 +32,38 @@ def loose_key(message: Mapping[str, Any]) -> str:
     """A message as a client may replay it: text trimmed, no reasoning, any key order."""
     loose = {k: stripped(v) for k, v in message.items() if k != "reasoning_content"}
     return message_key(loose)
+
+
+def same_exact_key(a: Any, b: Any) -> bool:
+    """Whether ``exact_key(a) == exact_key(b)`` holds for certain, without writing them.
+
+    The same JSON types throughout (``1``, ``1.0`` and ``True`` differ; so do ``0.0`` and
+    ``-0.0``), dict keys in the same order, equal strings. False whenever unsure (a NaN,
+    a type outside JSON's, a dict subclass, nesting too deep): the caller writes the keys.
+    """
+    try:
+        return _same(a, b)
+    except RecursionError:
+        return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:  # one object writes one key
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is str or kind is int or kind is bool or a is None:
+        return a == b
+    if kind is dict:
+        if len(a) != len(b):
+            return False
+        for (key_a, value_a), (key_b, value_b) in zip(a.items(), b.items(), strict=True):
+            if type(key_a) is not str or key_a != key_b or not _same(value_a, value_b):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return len(a) == len(b) and all(map(_same, a, b))
+    if kind is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return False

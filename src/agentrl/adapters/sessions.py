@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl.adapters.base import ProtocolError
-from agentrl.adapters.keys import exact_key, loose_key, stripped
+from agentrl.adapters.keys import exact_key, loose_key, same_exact_key, stripped
 from agentrl.adapters.rendering import IncrementalRenderer
 from agentrl.adapters.splice import SpliceLedger
 from agentrl.trajectory import common_prefix_length
@@ -174,7 +174,7 @@ class Session:
                 continue
             turn = next(iter(turns))
             recorded = self.responses.get(turn)
-            if recorded is None or restored[index] is recorded:
+            if recorded is None or same_exact_key(restored[index], recorded):
                 continue
             if exact_key(restored[index]) != self._exact_keys[turn]:
                 restored[index] = recorded

@@ -14,12 +14,14 @@ re-tokenized or re-rendered, so a template that drops earlier reasoning (Qwen3) 
 normalises whitespace cannot make the recorded tokens drift: every spliced turn is CLEAN
 for the :class:`~agentrl.trajectory.TrajectoryManager`.
 
-The seam comes from the template itself: the conversation is rendered with a probe
-assistant message (plain content, a unique marker) in place of the last assistant
-message, and everything after the marker is taken; two different markers must give the
-same text, each exactly once. The end-of-turn text the output already holds (its trailing
-stop token) is dropped from the seam's start; an output that ended by ``length``, or whose
-stop token the engine did not return, keeps the template's end token in the seam.
+The seam comes from the template itself (:mod:`agentrl.adapters.seams`): the conversation
+is rendered with a probe assistant message (plain content, a unique marker) in place of
+the last assistant message, and everything after the marker is taken — from a reduced
+conversation (the system message, the message before, the probe and what follows),
+checked against the whole conversation on a session's 1st, 2nd, 4th, 8th, … spliced turn.
+The end-of-turn text the output already holds (its trailing stop token) is dropped from
+the seam's start; an output that ended by ``length``, or whose stop token the engine did
+not return, keeps the template's end token in the seam.
 
 Whatever the delta cannot express falls back to the full render (a new chain, as in
 ``render`` mode), with one of :data:`FALLBACK_REASONS`.
@@ -40,7 +42,8 @@ joined from the records when it is planned, and a request's message digests are 
 for every message equal to the one the last record holds at its index, so a turn digests
 only its new messages. The seam is tokenized without offsets, cut at its added tokens
 (:mod:`agentrl.adapters.segments`); the probe renders use the compiled template
-(:mod:`agentrl.adapters.templates`).
+(:mod:`agentrl.adapters.templates`). ``splicer.seams.stats`` counts reduced and full
+probe renders and the checks.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl.adapters.keys import loose_key
-from agentrl.adapters.rendering import RenderedPrompt, RenderError, render_text
+from agentrl.adapters.rendering import RenderedPrompt
+from agentrl.adapters.seams import SeamFinder
 from agentrl.adapters.segments import SegmentEncoder, as_id_array, id_array
 from agentrl.trajectory import message_key
 
@@ -97,11 +101,6 @@ FALLBACK_REASONS = {
     "write after an assistant message",
     "delta_unrenderable": "the template's text for the new messages could not be isolated",
 }
-
-#: Markers put in a probe assistant message's content (they must differ in every character
-#: so that no common suffix hides inside them).
-_PROBES = ("AGENTRL-SPLICE-PROBE-7Q", "agentrl_splice_probe_3z")
-assert len(_PROBES[0]) == len(_PROBES[1])
 
 
 def check_prompt_mode(value: str, what: str = "prompt_mode") -> str:
@@ -169,6 +168,8 @@ class SpliceLedger:
     #: next request mostly replays it, so only its new or changed messages are digested.
     _known: tuple[tuple[Mapping[str, Any], ...], tuple[bytes, ...]] = ((), ())
     _tools: tuple[list[Any] | None, bytes] | None = None
+    #: Turns recorded that were spliced onto an earlier one.
+    spliced: int = 0
 
     def tools_digest(self, tools: Sequence[Mapping[str, Any]] | None) -> bytes:
         """The digest of a tools list (the previous one's when the list is equal)."""
@@ -220,6 +221,7 @@ class SpliceLedger:
             conversation=(*messages, response),
         )
         self.records[index] = record
+        self.spliced += plan.base is not None
         response_digest = _digest(response)
         self.by_response.setdefault(response_digest, []).append(index)
         self._known = (
@@ -285,6 +287,14 @@ class Splicer:
     chat_template: str | None = None
     #: ``"spliced"`` and each fallback reason, over the recorded turns.
     stats: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: Reads each seam from the template (:mod:`agentrl.adapters.seams`).
+    seams: SeamFinder = attrs.field(init=False)
+
+    @seams.default
+    def _seams(self) -> SeamFinder:
+        return SeamFinder(
+            self.tokenizer, self.chat_template, self.chat_template_kwargs, self.stop_ids
+        )
 
     def plan(
         self,
@@ -317,7 +327,8 @@ class Splicer:
             return self._fallback(fallback, reason, sid, index, detail)
         if base.tools != tools_digest:
             return self._fallback(fallback, "tools_changed", sid, index, f"turn {base.index}")
-        seam = self._seam_text(messages, last, tools, base.output)
+        check = ledger.spliced & (ledger.spliced + 1) == 0  # its 1st, 2nd, 4th, ... splice
+        seam = self.seams.seam(messages, last, tools, base.output, check=check)
         if isinstance(seam, tuple):
             return self._fallback(fallback, seam[0], sid, index, seam[1])
         seam_ids = self._encode(seam)
@@ -368,52 +379,6 @@ class Splicer:
             if record not in found:
                 found.append(record)
         return found
-
-    def _seam_text(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        last: int,
-        tools: Sequence[Mapping[str, Any]] | None,
-        output: Sequence[int],
-    ) -> str | tuple[str, str]:
-        """The text after the last assistant message's sampled output, or (reason, detail)."""
-        texts: list[str] = []
-        cuts: list[int] = []
-        for probe in _PROBES:
-            probed = [*messages[:last], {"role": "assistant", "content": probe}]
-            probed += messages[last + 1 :]
-            try:
-                text = render_text(
-                    self.tokenizer,
-                    probed,
-                    tools,
-                    chat_template=self.chat_template,
-                    chat_template_kwargs=self.chat_template_kwargs,
-                )
-            except RenderError as exc:
-                return "delta_unrenderable", str(exc)
-            cut = text.find(probe)
-            if cut < 0 or text.find(probe, cut + 1) >= 0:
-                return "delta_unrenderable", "the template does not render content verbatim"
-            texts.append(text)
-            cuts.append(cut)
-        # The probes have one length: equal cuts and texts that agree before and after them.
-        (first, second), cut, width = texts, cuts[0], len(_PROBES[0])
-        seam = first[cut + width :]
-        if cuts[1] != cut or second[cut + width :] != seam or not second.startswith(first[:cut]):
-            return "delta_unrenderable", "the template's text depends on the message content"
-        trailing = len(output)
-        while trailing and output[trailing - 1] in self.stop_ids:
-            trailing -= 1
-        if trailing < len(output):
-            end = self.tokenizer.decode(list(output[trailing:]), skip_special_tokens=False)
-            if not seam.startswith(end):
-                return (
-                    "stop_token",
-                    f"the output ends with {end!r}, the template with {seam[:24]!r}",
-                )
-            seam = seam[len(end) :]
-        return seam
 
 
 def _history_reason(

@@ -38,15 +38,18 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["RenderError", "render_chat"]
+__all__ = ["JsonMemo", "RenderError", "render_chat"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +113,60 @@ class _Compiled:
             messages=self.alias(chat), tools=tools, documents=None, add_generation_prompt=True
         )
         return self.template.render(context)
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """Whether a NaN or an infinity hides in ``value`` (orjson writes them as ``null``)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float and not math.isfinite(item):
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+    return False
+
+
+class JsonMemo:
+    """A ``tojson`` filter that answers a value it met before from memory.
+
+    The key is the value's orjson text: order-preserving and one-to-one on JSON data (a
+    ``str`` key, an int within 64 bits, a finite float: ``1``, ``1.0`` and ``true``
+    differ), so equal keys mean equal ``json.dumps`` text. A value orjson cannot write, or
+    one holding a NaN or an infinity (which orjson writes as ``null``), and any call with
+    arguments go to the filter itself. The tools list is rendered this way once, not on
+    every render (a conversation's tool calls too).
+    """
+
+    #: Values remembered; the oldest is forgotten first.
+    LIMIT = 4096
+
+    def __init__(self, tojson: Any) -> None:
+        self.tojson = tojson
+        self._texts: dict[bytes, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or (type(value) is not dict and type(value) is not list):
+            return self.tojson(value, *args, **kwargs)
+        try:
+            key = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):
+            return self.tojson(value)
+        if b"null" in key and _has_nonfinite(value):
+            return self.tojson(value)
+        text = self._texts.get(key)
+        if text is not None:
+            return text
+        text = self.tojson(value)
+        with self._lock:
+            if len(self._texts) >= self.LIMIT:
+                self._texts.pop(next(iter(self._texts)))
+            self._texts[key] = text
+        return text
 
 
 _cache: weakref.WeakKeyDictionary[Any, dict[str, _Compiled | None]] = weakref.WeakKeyDictionary()
@@ -218,6 +275,8 @@ def _compile(tokenizer: PreTrainedTokenizerBase, source: str) -> _Compiled | Non
     settings = {name: getattr(reference, name) for name in _ENVIRONMENT_SETTINGS}
     env = env_class(extensions=[type(e) for e in reference.extensions.values()], **settings)
     env.filters.update(reference.filters)
+    if "tojson" in env.filters:
+        env.filters["tojson"] = JsonMemo(env.filters["tojson"])
     env.globals.update(reference.globals)
     env.tests.update(reference.tests)
     env.policies.update(reference.policies)
