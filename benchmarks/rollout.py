@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import pathlib
@@ -154,15 +155,23 @@ class CpuMeter:
                 time.sleep(0.1)
 
 
+#: The phase the current task is in (set by ``PhaseClock``'s timer): execs are counted by it.
+CURRENT_PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="other")
+
+
 class PhaseClock:
     """Wall and CPU time per phase, recorded by wrapping ``State.timed`` (the phases' own
-    timer); CPU is attributed to a phase only when one rollout runs at a time."""
+    timer); CPU is attributed to a phase only when one rollout runs at a time. While
+    ``probe`` is set (one rollout at a time), each phase's end counts the processes the
+    rollout's sandboxes created in it (``Sandboxes.count_processes``)."""
 
     def __init__(self, meter: CpuMeter) -> None:
         self.meter = meter
         self.wall: dict[str, list[float]] = defaultdict(list)
         self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.phase_started: dict[tuple[str, str], float] = {}
+        self.probe: Sandboxes | None = None
+        self.processes: dict[str, int] = defaultdict(int)
         self._original = phases_module.State.timed
 
     def install(self) -> None:
@@ -172,11 +181,17 @@ class PhaseClock:
         def timed(state: Any, phase: str) -> Iterator[None]:
             wall0, (ours0, all0) = time.monotonic(), clock.meter.read()
             clock.phase_started[(state.sid, phase)] = wall0
-            with clock._original(state, phase):
-                yield
+            token = CURRENT_PHASE.set(phase)
+            try:
+                with clock._original(state, phase):
+                    yield
+            finally:
+                CURRENT_PHASE.reset(token)
             ours1, all1 = clock.meter.read()
             clock.wall[phase].append(time.monotonic() - wall0)
             clock.cpu[phase].append((ours1 - ours0, (all1 - all0) - (ours1 - ours0)))
+            if clock.probe is not None:
+                clock.probe.pending_probe.append((phase, len(clock.probe.built)))
 
         phases_module.State.timed = timed  # type: ignore[method-assign]
 
@@ -194,7 +209,14 @@ class NotPrewarmed(LocalSandbox):
 
 
 class Sandboxes:
-    """The rollouts' sandbox factory: records when each sandbox ran its first command."""
+    """The rollouts' sandbox factory: records when each sandbox ran its first command, and
+    counts execs (``run_exec``, and ``run_long`` where the backend waits) by phase.
+
+    ``count_processes`` (one rollout at a time): the processes each sandbox created, read
+    from its own pid namespace (pids are handed out one by one there): an ``echo $$``
+    probe after each phase in which the sandbox ran something (and after its boot), and
+    before it closes; each probe's own two processes (supervisor, shell) are not counted.
+    """
 
     def __init__(self, options: dict[str, Any], *, prewarm: bool = True) -> None:
         self.options = options
@@ -202,20 +224,73 @@ class Sandboxes:
         self.first_exec: dict[int, float] = {}
         self.built: list[LocalSandbox] = []
         self.execs = 0
+        self.by_phase: dict[str, int] = defaultdict(int)
+        self.clock: PhaseClock | None = None
+        #: Phases ended whose processes are not counted yet, each with how many sandboxes
+        #: were built by its end (``PhaseClock`` adds them).
+        self.pending_probe: list[tuple[str, int]] = []
+        self._last_pid: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._probes: dict[int, Any] = {}
 
     def __call__(self, task: Any) -> LocalSandbox:
         sandbox = self.cls.from_task(task, **self.options)
         self.built.append(sandbox)
         first = self.first_exec
         original = sandbox.run_exec
+        original_long = getattr(sandbox, "run_long", None)
+        original_close = sandbox.aclose
+        self._probes[id(sandbox)] = original
 
-        async def run_exec(request: Any) -> Any:
+        def count() -> None:
             first.setdefault(id(sandbox), time.monotonic())
             self.execs += 1
+            self.by_phase[CURRENT_PHASE.get()] += 1
+            self._dirty.add(id(sandbox))
+
+        async def run_exec(request: Any) -> Any:
+            await self._count_pending()
+            count()
             return await original(request)
 
+        async def run_long(request: Any, **kw: Any) -> Any:
+            await self._count_pending()
+            result = await original_long(request, **kw)  # type: ignore[misc]
+            if result is not None:  # else exec_and_wait polls: those execs count themselves
+                count()
+            return result
+
+        async def aclose() -> None:
+            await self._count_pending()
+            if self.clock is not None and self.clock.probe is self and id(sandbox) in self._dirty:
+                await self._probe(sandbox, CURRENT_PHASE.get())
+            await original_close()
+
         sandbox.run_exec = run_exec  # type: ignore[method-assign]
+        if original_long is not None:
+            sandbox.run_long = run_long  # type: ignore[method-assign]
+        sandbox.aclose = aclose  # type: ignore[method-assign]
         return sandbox
+
+    async def _count_pending(self) -> None:
+        """Probe the live sandboxes for the phases that ended since the last call."""
+        pending, self.pending_probe = self.pending_probe, []
+        for phase, built in pending:
+            for sandbox in self.built[:built]:
+                started = sandbox.pid_namespace is not None and not sandbox._closed
+                booted = phase == "boot" and id(sandbox) not in self._last_pid
+                if started and (id(sandbox) in self._dirty or booted):
+                    await self._probe(sandbox, phase)
+
+    async def _probe(self, sandbox: LocalSandbox, phase: str) -> None:
+        from agentrl.sandboxes.base import ExecRequest
+
+        result = await self._probes[id(sandbox)](ExecRequest(cmd="echo $$", user="agent"))
+        pid = int(result.stdout)
+        assert self.clock is not None
+        self.clock.processes[phase] += pid - self._last_pid.get(id(sandbox), 0) - 2
+        self._last_pid[id(sandbox)] = pid
+        self._dirty.discard(id(sandbox))
 
 
 def textstats_task() -> Any:
@@ -285,7 +360,7 @@ async def batch(
 
     ours0, all0 = clock.meter.read()
     execs0 = sandboxes.execs
-    clock.wall.clear(), clock.cpu.clear()
+    clock.wall.clear(), clock.cpu.clear(), sandboxes.by_phase.clear()
     started = time.monotonic()
     await asyncio.gather(*(one() for _ in range(rollouts)))
     wall = time.monotonic() - started
@@ -301,6 +376,7 @@ async def batch(
         "all": (all1 - all0) / rollouts,
         "grade_wait": statistics.median(grade_waits) if grade_waits else float("nan"),
         "execs": (sandboxes.execs - execs0) / rollouts,
+        "execs_by_phase": {k: v / rollouts for k, v in sandboxes.by_phase.items()},
     }
 
 
@@ -373,7 +449,11 @@ async def main() -> None:
                         clock=clock,
                     )
                     clock.install()
-                    await batch(1, 1, **kw)  # warm the page cache and the probes
+                    # One rollout warms the page cache and counts each phase's processes.
+                    clock.probe, sandboxes.clock = sandboxes, clock
+                    warm = await batch(1, 1, **kw)
+                    clock.probe = None
+                    processes(warm, clock)
                     for level in levels:
                         n = args.rollouts or (2 if args.quick else 2 * level)
                         report(level, n, await batch(level, n, **kw), clock, cost)
@@ -381,6 +461,23 @@ async def main() -> None:
             await engine.aclose()
     finally:
         meter.close()
+
+
+def processes(warm: dict[str, Any], clock: PhaseClock) -> None:
+    """The processes and execs of one rollout, by phase (the warm-up rollout's)."""
+    by_phase = warm["execs_by_phase"]
+    total = sum(clock.processes.values())
+    execs = sum(by_phase.values())
+    print(
+        f"  one rollout: {execs:.0f} execs, {total} processes created in its sandboxes "
+        f"(pid namespaces; {total / max(execs, 1):.1f} a exec, the commands' own included)"
+    )
+    cells = [
+        f"{phase} {by_phase.get(phase, 0):.0f}/{clock.processes.get(phase, 0)}"
+        for phase in PHASES
+        if by_phase.get(phase) or clock.processes.get(phase)
+    ]
+    print("    execs/processes by phase: " + ", ".join(cells))
 
 
 def report(
@@ -431,14 +528,15 @@ def report(
     )
     # CPU is a phase's own only when one rollout runs at a time.
     split = level == 1
-    head = f"    {'phase':<9} {'wall s':>7}" + (
+    head = f"    {'phase':<9} {'wall s':>7} {'execs':>6}" + (
         f" {'ours cpu':>9} {'children cpu':>13}" if split else ""
     )
     print(head)
     for phase in PHASES:
         if phase not in clock.wall:
             continue
-        line = f"    {phase:<9} {statistics.median(clock.wall[phase]):7.3f}"
+        execs = f["execs_by_phase"].get(phase, 0)
+        line = f"    {phase:<9} {statistics.median(clock.wall[phase]):7.3f} {execs:6.1f}"
         if split:
             ours = statistics.median(c[0] for c in clock.cpu[phase])
             kids = statistics.median(c[1] for c in clock.cpu[phase])
