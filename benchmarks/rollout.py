@@ -1,7 +1,7 @@
 """Rollouts per minute with a real agent CLI, and where each rollout's CPU goes.
 
     python benchmarks/rollout.py [--quick] [--concurrency 1,4,8] [--rollouts N]
-                                 [--prewarm on|off]
+                                 [--prewarm on|off] [--long wait|poll]
 
 Goal: a rollout's fixed cost (the sandbox, its execs, git, grading) stays small beside the
 agent's own, so rollouts/min is bound by the agent CLI, not by agentrl. Each rollout is the
@@ -17,14 +17,21 @@ It prints, each with its goal:
   pid namespace (whose pids are handed out one by one); goal ≤ 2 (the supervisor and the
   command, the floor for a command whose exit code must outlive it); its wall time and CPU
   (in the sandbox, and ours).
+- **one rollout** (the warm-up, run alone): its execs and the processes created in its
+  sandboxes (counted from their pid namespaces by an ``echo $$`` probe after each phase,
+  the probes' own left out), by phase.
 - **rollouts/min** at each concurrency (first start to last end), CPU seconds per rollout
   (everything, and ours), execs per rollout, and agentrl's share of the CPU: its process
   (goal ≤ 10%) and the exec plumbing, execs × an exec's cost (goal ≤ 5%).
 - **per phase** (boot, prepare, install, agent, diff, teardown, grade, finish): the median
-  wall time; at concurrency 1 also the CPU seconds, ours and the children's (the CLI,
-  bubblewrap, the sandbox's shells, git, pytest). CPU comes from a cpuacct cgroup this
+  wall time and the execs a rollout ran in it; at concurrency 1 also the CPU seconds, ours
+  and the children's (the CLI, bubblewrap, the sandbox's shells, git, pytest). CPU comes from a cpuacct cgroup this
   benchmark moves itself into (every child inherits it), else from ``getrusage`` (children
   counted once reaped). Phases overlap at concurrency > 1: there only totals are CPU.
+- **agent phase wall** at concurrency 1, each rollout's beside the CLI's own
+  ``duration_ms``: how long after the CLI's end its exit is seen (``--long poll``
+  measures ``exec_and_wait`` polling its marker, as a backend that cannot wait does:
+  the phase then ends on the next poll, 1 s apart once the command runs past 0.75 s).
 - **grade start**: seconds from the grade phase's start to the grading sandbox's first
   command: its boot, unless the sandbox was prewarmed while the agent ran
   (``--prewarm off`` measures without); goal ≤ 0.1 s.
@@ -208,6 +215,18 @@ class NotPrewarmed(LocalSandbox):
     prewarm_grading = False
 
 
+class Polled(LocalSandbox):
+    """The local sandbox as a backend that cannot wait: ``exec_and_wait`` launches the
+    command detached and polls its marker (``--long poll``)."""
+
+    async def run_long(self, request: Any, **kw: Any) -> None:
+        return None
+
+
+class PolledNotPrewarmed(Polled, NotPrewarmed):
+    """Both of the above."""
+
+
 class Sandboxes:
     """The rollouts' sandbox factory: records when each sandbox ran its first command, and
     counts execs (``run_exec``, and ``run_long`` where the backend waits) by phase.
@@ -218,9 +237,14 @@ class Sandboxes:
     before it closes; each probe's own two processes (supervisor, shell) are not counted.
     """
 
-    def __init__(self, options: dict[str, Any], *, prewarm: bool = True) -> None:
+    def __init__(self, options: dict[str, Any], *, prewarm: bool = True, wait: bool = True) -> None:
         self.options = options
-        self.cls = LocalSandbox if prewarm else NotPrewarmed
+        self.cls = {
+            (True, True): LocalSandbox,
+            (False, True): NotPrewarmed,
+            (True, False): Polled,
+            (False, False): PolledNotPrewarmed,
+        }[prewarm, wait]
         self.first_exec: dict[int, float] = {}
         self.built: list[LocalSandbox] = []
         self.execs = 0
@@ -333,6 +357,7 @@ async def batch(
     gate = asyncio.Semaphore(concurrency)
     results: list[Any] = []
     grade_waits: list[float] = []
+    agent_walls: list[tuple[float, float | None]] = []
 
     async def one() -> None:
         async with gate:
@@ -350,6 +375,7 @@ async def batch(
                 session_id=sid,
             )
             results.append(result)
+            agent_walls.append((result.timings.get("agent", 0.0), cli_duration(result.agent_log)))
             grading = [s for s in sandboxes.built[before:] if id(s) in sandboxes.first_exec]
             started = clock.phase_started.get((sid, "grade"))
             if started is not None:
@@ -377,7 +403,17 @@ async def batch(
         "grade_wait": statistics.median(grade_waits) if grade_waits else float("nan"),
         "execs": (sandboxes.execs - execs0) / rollouts,
         "execs_by_phase": {k: v / rollouts for k, v in sandboxes.by_phase.items()},
+        "agent_walls": sorted(agent_walls),
     }
+
+
+def cli_duration(log: str) -> float | None:
+    """Seconds of the CLI's own run (its stream-json result's ``duration_ms``)."""
+    for line in reversed(log.splitlines()):
+        if line.startswith("{") and '"type":"result"' in line:
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                return json.loads(line)["duration_ms"] / 1000
+    return None
 
 
 async def main() -> None:
@@ -386,6 +422,9 @@ async def main() -> None:
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--rollouts", type=int, default=0, help="per concurrency (default 2×)")
     parser.add_argument("--prewarm", choices=["on", "off"], default="on")
+    parser.add_argument(
+        "--long", choices=["wait", "poll"], default="wait", help="how exec_and_wait waits"
+    )
     args = parser.parse_args()
     levels = [1] if args.quick else [int(c) for c in args.concurrency.split(",")]
 
@@ -407,7 +446,7 @@ async def main() -> None:
     clock = PhaseClock(meter)
     print("rollout benchmark: Claude Code + scripted engine + local sandbox, textstats task")
     print(f"  agentrl from {pathlib.Path(phases_module.__file__).parents[2]}")
-    print(f"  prewarm {args.prewarm}, CPU from {meter.source}")
+    print(f"  prewarm {args.prewarm}, long commands: {args.long}, CPU from {meter.source}")
     cost = await exec_cost(meter)
     print(
         f"  exec('true'): {cost['forks']:.1f} processes (goal <= 2; "
@@ -438,6 +477,7 @@ async def main() -> None:
                             "state_dir": pathlib.Path(scratch) / "sandboxes",
                         },
                         prewarm=args.prewarm == "on",
+                        wait=args.long == "wait",
                     )
                     kw = dict(
                         middleware=middleware,
@@ -528,6 +568,12 @@ def report(
     )
     # CPU is a phase's own only when one rollout runs at a time.
     split = level == 1
+    if split:
+        walls = " ".join(
+            f"{wall:.2f}" + (f" ({cli:.2f})" if cli is not None else "")
+            for wall, cli in f["agent_walls"]
+        )
+        print(f"    agent phase wall s (the CLI's own duration_ms): {walls}")
     head = f"    {'phase':<9} {'wall s':>7} {'execs':>6}" + (
         f" {'ours cpu':>9} {'children cpu':>13}" if split else ""
     )
