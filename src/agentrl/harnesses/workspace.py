@@ -227,6 +227,8 @@ async def capture_diff(
             f"the agent's diff is {expected} bytes, over the cap of {limit} "
             "(AGENTRL_SANDBOX_MAX_OUTPUT_BYTES); it is not graded"
         )
+    if expected == 0:
+        return ""
     # Read as a file: exec output is capped, and a cut diff would not apply.
     data = bytes(await sandbox.read_file(f"{_STATE}/agent.diff", text=False))
     if len(data) != expected:
