@@ -90,15 +90,16 @@ async def exec_and_wait(
 ) -> ExecResult:
     """Run ``cmd`` under ``time_budget`` seconds and wait for its exit code.
 
-    A backend whose ``run_long`` waits runs it in one exec. Otherwise the command runs in its own session (``setsid``) with output to files and its exit code
-    written atomically (tmp + mv) to a marker file under a unique per-call tag, so concurrent
-    calls never collide. The launch is sent once (``idempotent=False``); if it fails in
-    flight, the tag directory tells whether it ran, and a re-sent launch refuses to start
-    twice. Polls (and the kill, output read and cleanup) run in ``/``, which the command
-    cannot make unenterable as the default directory can be. Polls are idempotent execs: a failed poll is retried (up to
-    ``max_poll_failures`` in a row) without touching the command. When the budget runs out
-    the process group is killed and the result's exit code is ``EXIT_TIME_BUDGET_EXCEEDED``.
-    ``SandboxGoneError`` is raised at once.
+    A backend whose ``run_long`` waits runs it in that one call. Otherwise the command runs
+    in its own session (``setsid``) with output to files and its exit code written
+    atomically (tmp + mv) to a marker file under a unique per-call tag, so concurrent calls
+    never collide. The launch is sent once (``idempotent=False``); if it fails in flight,
+    the tag directory tells whether it ran, and a re-sent launch refuses to start twice.
+    Polls (and the kill, output read and cleanup) run in ``/``, which the command cannot
+    make unenterable as it can the default directory. Polls are idempotent execs: a failed
+    poll is retried (up to ``max_poll_failures`` in a row) without touching the command.
+    When the budget runs out the process group is killed and the result's exit code is
+    ``EXIT_TIME_BUDGET_EXCEEDED``. ``SandboxGoneError`` is raised at once.
     """
     limit = max_output_bytes(max_output)
     request = ExecRequest(
