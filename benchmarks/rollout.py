@@ -1,7 +1,7 @@
 """Rollouts per minute with a real agent CLI, and where each rollout's CPU goes.
 
     python benchmarks/rollout.py [--quick] [--concurrency 1,4,8] [--rollouts N]
-                                 [--prewarm on|off]
+                                 [--prewarm on|off] [--long wait|poll]
 
 Goal: a rollout's fixed cost (the sandbox, its execs, git, grading) stays small beside the
 agent's own, so rollouts/min is bound by the agent CLI, not by agentrl. Each rollout is the
@@ -17,14 +17,21 @@ It prints, each with its goal:
   pid namespace (whose pids are handed out one by one); goal ≤ 2 (the supervisor and the
   command, the floor for a command whose exit code must outlive it); its wall time and CPU
   (in the sandbox, and ours).
+- **one rollout** (the warm-up, run alone): its execs and the processes created in its
+  sandboxes (counted from their pid namespaces by an ``echo $$`` probe after each phase,
+  the probes' own left out), by phase.
 - **rollouts/min** at each concurrency (first start to last end), CPU seconds per rollout
   (everything, and ours), execs per rollout, and agentrl's share of the CPU: its process
   (goal ≤ 10%) and the exec plumbing, execs × an exec's cost (goal ≤ 5%).
 - **per phase** (boot, prepare, install, agent, diff, teardown, grade, finish): the median
-  wall time; at concurrency 1 also the CPU seconds, ours and the children's (the CLI,
-  bubblewrap, the sandbox's shells, git, pytest). CPU comes from a cpuacct cgroup this
+  wall time and the execs a rollout ran in it; at concurrency 1 also the CPU seconds, ours
+  and the children's (the CLI, bubblewrap, the sandbox's shells, git, pytest). CPU comes from a cpuacct cgroup this
   benchmark moves itself into (every child inherits it), else from ``getrusage`` (children
   counted once reaped). Phases overlap at concurrency > 1: there only totals are CPU.
+- **agent phase wall** at concurrency 1, each rollout's beside the CLI's own
+  ``duration_ms``: how long after the CLI's end its exit is seen (``--long poll``
+  measures ``exec_and_wait`` polling its marker, as a backend that cannot wait does:
+  the phase then ends on the next poll, 1 s apart once the command runs past 0.75 s).
 - **grade start**: seconds from the grade phase's start to the grading sandbox's first
   command: its boot, unless the sandbox was prewarmed while the agent ran
   (``--prewarm off`` measures without); goal ≤ 0.1 s.
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import pathlib
@@ -154,15 +162,23 @@ class CpuMeter:
                 time.sleep(0.1)
 
 
+#: The phase the current task is in (set by ``PhaseClock``'s timer): execs are counted by it.
+CURRENT_PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="other")
+
+
 class PhaseClock:
     """Wall and CPU time per phase, recorded by wrapping ``State.timed`` (the phases' own
-    timer); CPU is attributed to a phase only when one rollout runs at a time."""
+    timer); CPU is attributed to a phase only when one rollout runs at a time. While
+    ``probe`` is set (one rollout at a time), each phase's end counts the processes the
+    rollout's sandboxes created in it (``Sandboxes.count_processes``)."""
 
     def __init__(self, meter: CpuMeter) -> None:
         self.meter = meter
         self.wall: dict[str, list[float]] = defaultdict(list)
         self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.phase_started: dict[tuple[str, str], float] = {}
+        self.probe: Sandboxes | None = None
+        self.processes: dict[str, int] = defaultdict(int)
         self._original = phases_module.State.timed
 
     def install(self) -> None:
@@ -172,11 +188,17 @@ class PhaseClock:
         def timed(state: Any, phase: str) -> Iterator[None]:
             wall0, (ours0, all0) = time.monotonic(), clock.meter.read()
             clock.phase_started[(state.sid, phase)] = wall0
-            with clock._original(state, phase):
-                yield
+            token = CURRENT_PHASE.set(phase)
+            try:
+                with clock._original(state, phase):
+                    yield
+            finally:
+                CURRENT_PHASE.reset(token)
             ours1, all1 = clock.meter.read()
             clock.wall[phase].append(time.monotonic() - wall0)
             clock.cpu[phase].append((ours1 - ours0, (all1 - all0) - (ours1 - ours0)))
+            if clock.probe is not None:
+                clock.probe.pending_probe.append((phase, len(clock.probe.built)))
 
         phases_module.State.timed = timed  # type: ignore[method-assign]
 
@@ -193,29 +215,106 @@ class NotPrewarmed(LocalSandbox):
     prewarm_grading = False
 
 
-class Sandboxes:
-    """The rollouts' sandbox factory: records when each sandbox ran its first command."""
+class Polled(LocalSandbox):
+    """The local sandbox as a backend that cannot wait: ``exec_and_wait`` launches the
+    command detached and polls its marker (``--long poll``)."""
 
-    def __init__(self, options: dict[str, Any], *, prewarm: bool = True) -> None:
+    async def run_long(self, request: Any, **kw: Any) -> None:
+        return None
+
+
+class PolledNotPrewarmed(Polled, NotPrewarmed):
+    """Both of the above."""
+
+
+class Sandboxes:
+    """The rollouts' sandbox factory: records when each sandbox ran its first command, and
+    counts execs (``run_exec``, and ``run_long`` where the backend waits) by phase.
+
+    ``count_processes`` (one rollout at a time): the processes each sandbox created, read
+    from its own pid namespace (pids are handed out one by one there): an ``echo $$``
+    probe after each phase in which the sandbox ran something (and after its boot), and
+    before it closes; each probe's own two processes (supervisor, shell) are not counted.
+    """
+
+    def __init__(self, options: dict[str, Any], *, prewarm: bool = True, wait: bool = True) -> None:
         self.options = options
-        self.cls = LocalSandbox if prewarm else NotPrewarmed
+        self.cls = {
+            (True, True): LocalSandbox,
+            (False, True): NotPrewarmed,
+            (True, False): Polled,
+            (False, False): PolledNotPrewarmed,
+        }[prewarm, wait]
         self.first_exec: dict[int, float] = {}
         self.built: list[LocalSandbox] = []
         self.execs = 0
+        self.by_phase: dict[str, int] = defaultdict(int)
+        self.clock: PhaseClock | None = None
+        #: Phases ended whose processes are not counted yet, each with how many sandboxes
+        #: were built by its end (``PhaseClock`` adds them).
+        self.pending_probe: list[tuple[str, int]] = []
+        self._last_pid: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._probes: dict[int, Any] = {}
 
     def __call__(self, task: Any) -> LocalSandbox:
         sandbox = self.cls.from_task(task, **self.options)
         self.built.append(sandbox)
         first = self.first_exec
         original = sandbox.run_exec
+        original_long = getattr(sandbox, "run_long", None)
+        original_close = sandbox.aclose
+        self._probes[id(sandbox)] = original
 
-        async def run_exec(request: Any) -> Any:
+        def count() -> None:
             first.setdefault(id(sandbox), time.monotonic())
             self.execs += 1
+            self.by_phase[CURRENT_PHASE.get()] += 1
+            self._dirty.add(id(sandbox))
+
+        async def run_exec(request: Any) -> Any:
+            await self._count_pending()
+            count()
             return await original(request)
 
+        async def run_long(request: Any, **kw: Any) -> Any:
+            await self._count_pending()
+            result = await original_long(request, **kw)  # type: ignore[misc]
+            if result is not None:  # else exec_and_wait polls: those execs count themselves
+                count()
+            return result
+
+        async def aclose() -> None:
+            await self._count_pending()
+            if self.clock is not None and self.clock.probe is self and id(sandbox) in self._dirty:
+                await self._probe(sandbox, CURRENT_PHASE.get())
+            await original_close()
+
         sandbox.run_exec = run_exec  # type: ignore[method-assign]
+        if original_long is not None:
+            sandbox.run_long = run_long  # type: ignore[method-assign]
+        sandbox.aclose = aclose  # type: ignore[method-assign]
         return sandbox
+
+    async def _count_pending(self) -> None:
+        """Probe the live sandboxes for the phases that ended since the last call."""
+        pending, self.pending_probe = self.pending_probe, []
+        for phase, built in pending:
+            for sandbox in self.built[:built]:
+                started = sandbox.pid_namespace is not None and not sandbox._closed
+                booted = phase == "boot" and id(sandbox) not in self._last_pid
+                if started and (id(sandbox) in self._dirty or booted):
+                    await self._probe(sandbox, phase)
+
+    async def _probe(self, sandbox: LocalSandbox, phase: str) -> None:
+        from agentrl.sandboxes.base import ExecRequest
+
+        result = await self._probes[id(sandbox)](ExecRequest(cmd="echo $$", user="agent"))
+        pid = int(result.stdout)
+        assert self.clock is not None
+        self.clock.processes[phase] += pid - self._last_pid.get(id(sandbox), 0) - 2
+        self._last_pid[id(sandbox)] = pid
+        self._dirty.discard(id(sandbox))
 
 
 def textstats_task() -> Any:
@@ -258,6 +357,7 @@ async def batch(
     gate = asyncio.Semaphore(concurrency)
     results: list[Any] = []
     grade_waits: list[float] = []
+    agent_walls: list[tuple[float, float | None]] = []
 
     async def one() -> None:
         async with gate:
@@ -275,6 +375,7 @@ async def batch(
                 session_id=sid,
             )
             results.append(result)
+            agent_walls.append((result.timings.get("agent", 0.0), cli_duration(result.agent_log)))
             grading = [s for s in sandboxes.built[before:] if id(s) in sandboxes.first_exec]
             started = clock.phase_started.get((sid, "grade"))
             if started is not None:
@@ -285,7 +386,7 @@ async def batch(
 
     ours0, all0 = clock.meter.read()
     execs0 = sandboxes.execs
-    clock.wall.clear(), clock.cpu.clear()
+    clock.wall.clear(), clock.cpu.clear(), sandboxes.by_phase.clear()
     started = time.monotonic()
     await asyncio.gather(*(one() for _ in range(rollouts)))
     wall = time.monotonic() - started
@@ -301,7 +402,18 @@ async def batch(
         "all": (all1 - all0) / rollouts,
         "grade_wait": statistics.median(grade_waits) if grade_waits else float("nan"),
         "execs": (sandboxes.execs - execs0) / rollouts,
+        "execs_by_phase": {k: v / rollouts for k, v in sandboxes.by_phase.items()},
+        "agent_walls": sorted(agent_walls),
     }
+
+
+def cli_duration(log: str) -> float | None:
+    """Seconds of the CLI's own run (its stream-json result's ``duration_ms``)."""
+    for line in reversed(log.splitlines()):
+        if line.startswith("{") and '"type":"result"' in line:
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                return json.loads(line)["duration_ms"] / 1000
+    return None
 
 
 async def main() -> None:
@@ -310,6 +422,9 @@ async def main() -> None:
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--rollouts", type=int, default=0, help="per concurrency (default 2×)")
     parser.add_argument("--prewarm", choices=["on", "off"], default="on")
+    parser.add_argument(
+        "--long", choices=["wait", "poll"], default="wait", help="how exec_and_wait waits"
+    )
     args = parser.parse_args()
     levels = [1] if args.quick else [int(c) for c in args.concurrency.split(",")]
 
@@ -331,7 +446,7 @@ async def main() -> None:
     clock = PhaseClock(meter)
     print("rollout benchmark: Claude Code + scripted engine + local sandbox, textstats task")
     print(f"  agentrl from {pathlib.Path(phases_module.__file__).parents[2]}")
-    print(f"  prewarm {args.prewarm}, CPU from {meter.source}")
+    print(f"  prewarm {args.prewarm}, long commands: {args.long}, CPU from {meter.source}")
     cost = await exec_cost(meter)
     print(
         f"  exec('true'): {cost['forks']:.1f} processes (goal <= 2; "
@@ -362,6 +477,7 @@ async def main() -> None:
                             "state_dir": pathlib.Path(scratch) / "sandboxes",
                         },
                         prewarm=args.prewarm == "on",
+                        wait=args.long == "wait",
                     )
                     kw = dict(
                         middleware=middleware,
@@ -373,7 +489,11 @@ async def main() -> None:
                         clock=clock,
                     )
                     clock.install()
-                    await batch(1, 1, **kw)  # warm the page cache and the probes
+                    # One rollout warms the page cache and counts each phase's processes.
+                    clock.probe, sandboxes.clock = sandboxes, clock
+                    warm = await batch(1, 1, **kw)
+                    clock.probe = None
+                    processes(warm, clock)
                     for level in levels:
                         n = args.rollouts or (2 if args.quick else 2 * level)
                         report(level, n, await batch(level, n, **kw), clock, cost)
@@ -381,6 +501,23 @@ async def main() -> None:
             await engine.aclose()
     finally:
         meter.close()
+
+
+def processes(warm: dict[str, Any], clock: PhaseClock) -> None:
+    """The processes and execs of one rollout, by phase (the warm-up rollout's)."""
+    by_phase = warm["execs_by_phase"]
+    total = sum(clock.processes.values())
+    execs = sum(by_phase.values())
+    print(
+        f"  one rollout: {execs:.0f} execs, {total} processes created in its sandboxes "
+        f"(pid namespaces; {total / max(execs, 1):.1f} a exec, the commands' own included)"
+    )
+    cells = [
+        f"{phase} {by_phase.get(phase, 0):.0f}/{clock.processes.get(phase, 0)}"
+        for phase in PHASES
+        if by_phase.get(phase) or clock.processes.get(phase)
+    ]
+    print("    execs/processes by phase: " + ", ".join(cells))
 
 
 def report(
@@ -431,14 +568,21 @@ def report(
     )
     # CPU is a phase's own only when one rollout runs at a time.
     split = level == 1
-    head = f"    {'phase':<9} {'wall s':>7}" + (
+    if split:
+        walls = " ".join(
+            f"{wall:.2f}" + (f" ({cli:.2f})" if cli is not None else "")
+            for wall, cli in f["agent_walls"]
+        )
+        print(f"    agent phase wall s (the CLI's own duration_ms): {walls}")
+    head = f"    {'phase':<9} {'wall s':>7} {'execs':>6}" + (
         f" {'ours cpu':>9} {'children cpu':>13}" if split else ""
     )
     print(head)
     for phase in PHASES:
         if phase not in clock.wall:
             continue
-        line = f"    {phase:<9} {statistics.median(clock.wall[phase]):7.3f}"
+        execs = f["execs_by_phase"].get(phase, 0)
+        line = f"    {phase:<9} {statistics.median(clock.wall[phase]):7.3f} {execs:6.1f}"
         if split:
             ours = statistics.median(c[0] for c in clock.cpu[phase])
             kids = statistics.median(c[1] for c in clock.cpu[phase])

@@ -110,8 +110,9 @@ HOSTILE_COMMANDS = {
     "kill-every-process": ("kill -9 -1", Outcome.AGENT_ERROR),
     # No repository, no baseline: no diff to take.
     "remove-git": ("rm -rf /workspace/.git", Outcome.AGENT_ERROR),
-    # Its cwd unreadable, Claude Code hangs until the budget: a timeout, graded (0).
-    "chmod-000-workspace": ("chmod -R 000 .", Outcome.TIMEOUT),
+    # Its cwd unreadable, Claude Code's tools fail and it ends its turn: nothing to diff,
+    # unsolved (its exit is seen at once, not left to the budget).
+    "chmod-000-workspace": ("chmod -R 000 .", Outcome.UNSOLVED),
     # Root reads the files anyway; git keeps no such modes: an empty diff, unsolved.
     "chmod-000-every-file": ("find . -mindepth 1 -depth -exec chmod 000 {} +", Outcome.UNSOLVED),
     # Claude Code refuses ``rm -rf /workspace/*`` and ``cd / && rm -rf /workspace``; a

@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -111,44 +112,87 @@ async def flaky(local):
     return FlakySandbox(local)
 
 
+@pytest.fixture(params=["waits", "polls"])
+async def either(request, local):
+    """The local sandbox as itself (``run_long`` waits) and behind a wrapper that does not
+    wait (``run_long`` is the contract's default), so exec_and_wait polls."""
+    return local if request.param == "waits" else FlakySandbox(local)
+
+
 # -- exec_and_wait ----------------------------------------------------------------------------
 
 
-async def test_exit_code_output_env_workdir_user(local):
+async def test_a_backend_that_waits_runs_one_exec_and_one_that_cannot_polls(local):
+    """The local sandbox runs a long command in one exec (no launch, poll or cleanup
+    execs); a backend whose ``run_long`` is the default polls a marker for it."""
+    counted = FlakySandbox(local)
+    calls: list[tuple[str, str]] = []
+    run_exec, run_long = local.run_exec, local.run_long
+
+    async def counted_exec(request: ExecRequest) -> ExecResult:
+        calls.append(("exec", request.cmd))
+        return await run_exec(request)
+
+    async def counted_long(request: ExecRequest, **kw: Any) -> ExecResult | None:
+        calls.append(("long", request.cmd))
+        return await run_long(request, **kw)
+
+    local.run_exec, local.run_long = counted_exec, counted_long  # type: ignore[method-assign]
+    waited = await exec_and_wait(local, "sleep 0.3; echo done", time_budget=30)
+    assert waited == ExecResult(exit_code=0, stdout="done\n")
+    assert calls == [("long", "sleep 0.3; echo done")]
+    polled = await exec_and_wait(counted, "sleep 0.3; echo done", time_budget=30)
+    assert polled == waited
+    assert len(counted.calls) >= 4  # launch, polls, output read, cleanup
+    assert any("/rc " in cmd for cmd in counted.calls)
+
+
+async def test_exit_code_output_env_workdir_user(either):
     """The exit code, stdout and stderr come back; env, workdir and user apply to the command."""
     result = await exec_and_wait(
-        local,
+        either,
         'echo "$GREETING from $(pwd) as $(id -un)"; echo oops >&2; exit 7',
         time_budget=30,
         user="agent",
         env={"GREETING": "hi"},
         workdir="/tmp",
     )
-    quiet = await exec_and_wait(local, "echo unseen; exit 3", time_budget=30, want_output=False)
+    quiet = await exec_and_wait(either, "echo unseen; exit 3", time_budget=30, want_output=False)
     assert result == ExecResult(exit_code=7, stdout="hi from /tmp as agent\n", stderr="oops\n")
     assert quiet == ExecResult(exit_code=3, stdout="", stderr="")
 
 
-async def test_concurrent_calls_do_not_collide(local):
+async def test_a_command_that_locks_the_default_directory_still_reports(either):
+    """A command that makes the sandbox's default directory unenterable (as an agent can
+    its workspace) still has its exit code seen at once, not polled until the budget."""
+    started = time.monotonic()
+    result = await exec_and_wait(
+        either, "chmod 000 /workspace; exit 5", time_budget=20, user="agent", workdir="/tmp"
+    )
+    assert result.exit_code == 5
+    assert time.monotonic() - started < 10
+
+
+async def test_concurrent_calls_do_not_collide(either):
     """Concurrent calls on one sandbox each get their own exit code and output."""
     cmds = [f"sleep 0.{(7 * i) % 5}; echo out-{i}; echo err-{i} >&2; exit {i}" for i in range(8)]
-    results = await asyncio.gather(*(exec_and_wait(local, c, time_budget=60) for c in cmds))
+    results = await asyncio.gather(*(exec_and_wait(either, c, time_budget=60) for c in cmds))
     for i, result in enumerate(results):
         assert result == ExecResult(exit_code=i, stdout=f"out-{i}\n", stderr=f"err-{i}\n")
-    leftover = await local.exec("ls -A /tmp/.agentrl-exec")
+    leftover = await either.exec("ls -A /tmp/.agentrl-exec")
     assert leftover.stdout == ""
 
 
-async def test_budget_exceeded_kills_the_process_group(local):
+async def test_budget_exceeded_kills_the_process_group(either):
     """Past the budget the result is -1 and the command and its children are killed."""
     started = time.monotonic()
     result = await exec_and_wait(
-        local,
+        either,
         "echo started; sleep 300 & echo $! > /tmp/child; echo $$ > /tmp/main; sleep 300",
         time_budget=1.5,
     )
     took = time.monotonic() - started
-    alive = await local.exec(
+    alive = await either.exec(
         "for f in /tmp/child /tmp/main; do kill -0 $(cat $f) 2>/dev/null && echo alive; done; true"
     )
     assert result.exit_code == EXIT_TIME_BUDGET_EXCEEDED
@@ -218,16 +262,16 @@ async def test_launch_lost_and_link_still_down_is_probed_again(flaky):
     assert sum("setsid" in c for c in flaky.calls) == 1
 
 
-async def test_cancelled_wait_kills_the_command(local):
+async def test_cancelled_wait_kills_the_command(either):
     """Cancelling exec_and_wait kills the detached command instead of leaving it running."""
     waiting = asyncio.ensure_future(
-        exec_and_wait(local, "echo $$ > /tmp/main; sleep 300", time_budget=600)
+        exec_and_wait(either, "echo $$ > /tmp/main; sleep 300", time_budget=600)
     )
     await asyncio.sleep(1.0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    alive = await local.exec("kill -0 $(cat /tmp/main) 2>/dev/null && echo alive; true")
+    alive = await either.exec("kill -0 $(cat /tmp/main) 2>/dev/null && echo alive; true")
     assert alive.stdout == ""
 
 
@@ -261,17 +305,17 @@ async def test_gone_sandbox_raises_at_once(flaky):
     assert len(flaky.calls) == 1
 
 
-async def test_unlaunchable_command_is_a_clear_error(local):
+async def test_unlaunchable_command_is_a_clear_error(flaky):
     """A launch that fails in the sandbox (its state directory is blocked) raises with why."""
-    await local.exec("touch /tmp/.agentrl-exec")
+    await flaky.exec("touch /tmp/.agentrl-exec")
     with pytest.raises(SandboxError, match="could not launch a detached command"):
-        await exec_and_wait(local, "true", time_budget=10, user="agent")
+        await exec_and_wait(flaky, "true", time_budget=10, user="agent")
 
 
-async def test_output_capped_and_binary_safe(local):
+async def test_output_capped_and_binary_safe(either):
     """Large and binary output of a detached command is capped and decoded without errors."""
     result = await exec_and_wait(
-        local,
+        either,
         "head -c 50000 /dev/zero | tr '\\0' x; printf '\\377\\376' >&2",
         time_budget=30,
         max_output=1000,

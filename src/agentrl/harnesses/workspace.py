@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from agentrl.harnesses.base import HarnessError, give_to_user
 from agentrl.harnesses.history import ROOT_GIT, scrub_history
 from agentrl.sandboxes.base import Sandbox, max_output_bytes
-from agentrl.types import Task
+from agentrl.types import ExecResult, Task
 
 __all__ = ["BASELINE_REF", "capture_diff", "ensure_user", "prepare_workspace"]
 
@@ -80,10 +80,17 @@ async def prepare_workspace(
     before grading.
     """
     workdir = shlex.quote(task.workdir)
-    made = await sandbox.exec(f"mkdir -p {workdir}", user="root", timeout=60)
-    if made.exit_code != 0:
-        raise HarnessError(f"cannot create the workdir {task.workdir}: {made.stderr.strip()}")
-    for number, command in enumerate(task.pre_commands if run_pre_commands else (), start=1):
+    problem_path = f"{task.workdir.rstrip('/')}/{problem_file}"
+    pre_commands = task.pre_commands if run_pre_commands else ()
+    if not pre_commands:
+        # Its write creates the workdir; nothing that runs before the snapshot (which
+        # leaves it out) touches the working tree.
+        await sandbox.write_file(problem_path, task.problem_statement)
+    else:
+        made = await sandbox.exec(f"mkdir -p {workdir}", user="root", timeout=60)
+        if made.exit_code != 0:
+            raise HarnessError(f"cannot create the workdir {task.workdir}: {made.stderr.strip()}")
+    for number, command in enumerate(pre_commands, start=1):
         result = await sandbox.exec(command, user="root", workdir=task.workdir, timeout=timeout)
         if result.exit_code != 0:
             raise HarnessError(
@@ -111,39 +118,57 @@ async def prepare_workspace(
         f"tree=$({_GIT} write-tree)\n"
         f"commit=$(echo 'agentrl baseline' | {_GIT} commit-tree \"$tree\")\n"
         f'{_GIT} update-ref {BASELINE_REF} "$commit"\n'
-        'echo "$commit"\n'
+        # The agent's account, in the same exec (its output kept off stdout).
+        + ("" if user == "root" else _user_script(user))
+        + 'echo "$commit"\n'
     )
     result = await sandbox.exec(script, user="root", env=_git_env(), timeout=timeout)
+    if result.exit_code == _USER_FAILED:
+        raise _no_user(user, result)
     commit = result.stdout.strip().splitlines()[-1:] if result.exit_code == 0 else []
     if not commit:
         raise HarnessError(
             f"could not snapshot the workspace {task.workdir} with git "
             f"(exit {result.exit_code}): {(result.stderr or result.stdout).strip()[-800:]}"
         )
-    await sandbox.write_file(f"{task.workdir.rstrip('/')}/{problem_file}", task.problem_statement)
-    await ensure_user(sandbox, user)
+    if pre_commands:
+        await sandbox.write_file(problem_path, task.problem_statement)
     await give_to_user(sandbox, user, [task.workdir])
     return commit[0]
+
+
+#: Exit code of a script whose ``_user_script`` could not create the user.
+_USER_FAILED = 85
+
+
+def _user_script(user: str) -> str:
+    """POSIX sh that creates ``user`` unless it exists, or exits ``_USER_FAILED``; it
+    prints nothing on stdout."""
+    q = shlex.quote(user)
+    return (
+        f"if ! id -u {q} >/dev/null 2>&1; then\n"
+        f"  useradd -m -s /bin/sh {q} 2>/dev/null || adduser -D {q} 2>/dev/null || "
+        f"adduser --disabled-password --gecos '' {q} >&2 || true\n"
+        f"  id -u {q} >/dev/null || exit {_USER_FAILED}\n"
+        "fi\n"
+    )
+
+
+def _no_user(user: str, result: ExecResult) -> HarnessError:
+    return HarnessError(
+        f"the sandbox has no user {user!r} and creating it failed "
+        f"({(result.stderr or result.stdout).strip()[-300:]}); add the user to the "
+        "image, or run the agent as root (RolloutConfig(agent_user='root'))"
+    )
 
 
 async def ensure_user(sandbox: Sandbox, user: str) -> None:
     """Create the unprivileged ``user`` when the sandbox's image has no such account."""
     if user == "root":
         return
-    q = shlex.quote(user)
-    script = (
-        f"id -u {q} >/dev/null 2>&1 && exit 0\n"
-        f"useradd -m -s /bin/sh {q} 2>/dev/null || adduser -D {q} 2>/dev/null || "
-        f"adduser --disabled-password --gecos '' {q}\n"
-        f"id -u {q}\n"
-    )
-    result = await sandbox.exec(script, user="root", timeout=60)
+    result = await sandbox.exec(_user_script(user), user="root", timeout=60)
     if result.exit_code != 0:
-        raise HarnessError(
-            f"the sandbox has no user {user!r} and creating it failed "
-            f"({(result.stderr or result.stdout).strip()[-300:]}); add the user to the "
-            "image, or run the agent as root (RolloutConfig(agent_user='root'))"
-        )
+        raise _no_user(user, result)
 
 
 #: Exit codes of the capture script for a workspace the agent left with nothing to diff.
@@ -202,6 +227,8 @@ async def capture_diff(
             f"the agent's diff is {expected} bytes, over the cap of {limit} "
             "(AGENTRL_SANDBOX_MAX_OUTPUT_BYTES); it is not graded"
         )
+    if expected == 0:
+        return ""
     # Read as a file: exec output is capped, and a cut diff would not apply.
     data = bytes(await sandbox.read_file(f"{_STATE}/agent.diff", text=False))
     if len(data) != expected:

@@ -277,6 +277,20 @@ class Sandbox(abc.ABC):
     async def run_exec(self, request: ExecRequest) -> ExecResult:
         """Run ``request`` and wait for it, by the rules of ``exec`` (which checks the result)."""
 
+    async def run_long(
+        self, request: ExecRequest, *, want_output: bool, max_output: int
+    ) -> ExecResult | None:
+        """Run a long command (``exec_and_wait``'s) and wait for its end, in one call.
+
+        ``request.timeout`` is the command's time budget: past it the command's process
+        group is killed and the result's exit code is ``EXIT_TIME_BUDGET_EXCEEDED``;
+        cancelling the call kills it too. Output is capped at ``max_output`` bytes a
+        stream, and empty unless ``want_output``. None (the default): this backend cannot
+        wait for a process through whatever may sever its link, so ``exec_and_wait``
+        launches the command detached and polls for its exit code instead.
+        """
+        return None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "exec" in cls.__dict__ and getattr(cls.run_exec, "__isabstractmethod__", False):

@@ -1,6 +1,10 @@
-"""``exec_and_wait``: a long command run detached in any sandbox, its exit code read from a
+"""``exec_and_wait``: a long command in any sandbox, under a time budget; cancelling it
+kills the command's process group.
+
+A backend that can wait for a process (``Sandbox.run_long``: the ``local`` sandbox) runs
+it in one exec and waits. Otherwise the command runs detached, its exit code read from a
 marker file by polling, so a severed exec stream (E2B) or a restarted connection never
-loses the result; cancelling it kills the command's process group."""
+loses the result."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from collections.abc import Mapping
 
 from agentrl.sandboxes.base import (
     EXIT_TIME_BUDGET_EXCEEDED,
+    ExecRequest,
     Sandbox,
     SandboxError,
     SandboxGoneError,
@@ -83,18 +88,32 @@ async def exec_and_wait(
     max_output: int | None = None,
     max_poll_failures: int = 5,
 ) -> ExecResult:
-    """Run ``cmd`` detached under ``time_budget`` seconds and wait for its exit code.
+    """Run ``cmd`` under ``time_budget`` seconds and wait for its exit code.
 
-    The command runs in its own session (``setsid``) with output to files and its exit code
-    written atomically (tmp + mv) to a marker file under a unique per-call tag, so concurrent
-    calls never collide. The launch is sent once (``idempotent=False``); if it fails in
-    flight, the tag directory tells whether it ran, and a re-sent launch refuses to start
-    twice. Polls are idempotent execs: a failed poll is retried (up to
-    ``max_poll_failures`` in a row) without touching the command. When the budget runs out
-    the process group is killed and the result's exit code is ``EXIT_TIME_BUDGET_EXCEEDED``.
-    ``SandboxGoneError`` is raised at once.
+    A backend whose ``run_long`` waits runs it in that one call. Otherwise the command runs
+    in its own session (``setsid``) with output to files and its exit code written
+    atomically (tmp + mv) to a marker file under a unique per-call tag, so concurrent calls
+    never collide. The launch is sent once (``idempotent=False``); if it fails in flight,
+    the tag directory tells whether it ran, and a re-sent launch refuses to start twice.
+    Polls (and the kill, output read and cleanup) run in ``/``, which the command cannot
+    make unenterable as it can the default directory. Polls are idempotent execs: a failed
+    poll is retried (up to ``max_poll_failures`` in a row) without touching the command.
+    When the budget runs out the process group is killed and the result's exit code is
+    ``EXIT_TIME_BUDGET_EXCEEDED``. ``SandboxGoneError`` is raised at once.
     """
     limit = max_output_bytes(max_output)
+    request = ExecRequest(
+        cmd=cmd, user=user, env=env, timeout=time_budget, idempotent=False, workdir=workdir
+    )
+    waited = await sandbox.run_long(request, want_output=want_output, max_output=limit)
+    if waited is not None:
+        if waited.exit_code != EXIT_TIME_BUDGET_EXCEEDED:
+            return waited
+        logger.info("exec_and_wait: time budget of %.1fs exceeded; killed", time_budget)
+        note = _budget_note(time_budget)
+        return ExecResult(
+            exit_code=waited.exit_code, stdout=waited.stdout, stderr=waited.stderr + note
+        )
     tag = f"{time.time_ns():x}-{uuid.uuid4().hex[:16]}"
     state = f"{_STATE_ROOT}/{tag}"
     deadline = time.monotonic() + time_budget
@@ -119,7 +138,7 @@ async def exec_and_wait(
         exit_code = _parse_marker(last.stdout) if last is not None else None
         if exit_code is None:
             exit_code = EXIT_TIME_BUDGET_EXCEEDED
-            stderr_note = f"\n[agentrl: time budget of {time_budget:g}s exceeded; command killed]\n"
+            stderr_note = _budget_note(time_budget)
 
     stdout = stderr = ""
     if want_output:
@@ -136,6 +155,10 @@ async def exec_and_wait(
             stdout, stderr = out.stdout, out.stderr
     await _best_effort(sandbox, "cleanup", f"rm -rf {shlex.quote(state)}", user=user)
     return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr + stderr_note)
+
+
+def _budget_note(time_budget: float) -> str:
+    return f"\n[agentrl: time budget of {time_budget:g}s exceeded; command killed]\n"
 
 
 def _read_marker(state: str) -> str:
@@ -156,7 +179,10 @@ async def _poll(
     while True:
         try:
             probe = await sandbox.exec(
-                _read_marker(state), user=user, timeout=max(5.0, min(30.0, poll_interval * 10))
+                _read_marker(state),
+                user=user,
+                timeout=max(5.0, min(30.0, poll_interval * 10)),
+                workdir="/",
             )
             failures = 0
             exit_code = _parse_marker(probe.stdout)
@@ -217,7 +243,9 @@ async def _state_exists(sandbox: Sandbox, state: str, user: str, attempts: int =
     """Whether a launch created its state directory, asking again while the link is down."""
     for attempt in range(attempts):
         try:
-            probe = await sandbox.exec(f"test -d {shlex.quote(state)}", user=user, timeout=30)
+            probe = await sandbox.exec(
+                f"test -d {shlex.quote(state)}", user=user, timeout=30, workdir="/"
+            )
             return probe.exit_code == 0
         except SandboxGoneError:
             raise
@@ -234,7 +262,7 @@ async def _state_exists(sandbox: Sandbox, state: str, user: str, attempts: int =
 async def _best_effort(sandbox: Sandbox, what: str, script: str, *, user: str) -> ExecResult | None:
     """Run a cleanup-style exec; log and swallow failures other than a gone sandbox."""
     try:
-        return await sandbox.exec(script, user=user, timeout=60)
+        return await sandbox.exec(script, user=user, timeout=60, workdir="/")
     except SandboxGoneError:
         raise
     except (SandboxError, OSError, TimeoutError) as exc:

@@ -184,9 +184,18 @@ class ControlChannel:
             raise SandboxError(f"could not send a request to the local sandbox: {exc}") from exc
 
     async def run(
-        self, cmd: str, *, env_script: str, user: str, timeout: float, max_output: int
+        self,
+        cmd: str,
+        *,
+        env_script: str,
+        user: str,
+        timeout: float,
+        max_output: int | None,
+        timeout_code: int = EXIT_EXEC_TIMEOUT,
     ) -> ExecResult:
-        """Run ``cmd`` as ``user``; past ``timeout`` kill it and return ``EXIT_EXEC_TIMEOUT``."""
+        """Run ``cmd`` as ``user``; past ``timeout`` kill it and return ``timeout_code``
+        (``EXIT_EXEC_TIMEOUT``, with a note on stderr; another code comes without one).
+        ``max_output`` None keeps no output."""
         rid = uuid.uuid4().hex
         req = self.ctl / "req" / rid
         keep = False
@@ -207,8 +216,11 @@ class ControlChannel:
             if code is None:
                 self.send(f"kill {rid}")
                 await self._wait_rc(rid, 10)
-                code = EXIT_EXEC_TIMEOUT
-                stderr_note = f"\n[agentrl: command timed out after {timeout:g}s and was killed]\n"
+                code = timeout_code
+                if code == EXIT_EXEC_TIMEOUT:
+                    stderr_note = (
+                        f"\n[agentrl: command timed out after {timeout:g}s and was killed]\n"
+                    )
             output = await self._off_loop(_finish, req, rid, max_output)
         finally:
             if not keep and output is None:

@@ -24,6 +24,8 @@ from types import MappingProxyType
 from typing import Any
 
 from agentrl.sandboxes.base import (
+    EXIT_EXEC_TIMEOUT,
+    EXIT_TIME_BUDGET_EXCEEDED,
     READ_FILE_MAX_BYTES,
     ExecRequest,
     Sandbox,
@@ -231,6 +233,19 @@ class LocalSandbox(Sandbox):
 
     async def run_exec(self, request: ExecRequest) -> ExecResult:
         """One command through the control channel, as ``request.user``."""
+        return await self._run(request, self.max_output, EXIT_EXEC_TIMEOUT)
+
+    async def run_long(
+        self, request: ExecRequest, *, want_output: bool, max_output: int
+    ) -> ExecResult:
+        """A long command is an exec like any other here: nothing can sever the channel,
+        and the host waits on ``init.sh``'s notification, so there is nothing to poll."""
+        limit = min(max_output, self.max_output) if want_output else None
+        return await self._run(request, limit, EXIT_TIME_BUDGET_EXCEEDED)
+
+    async def _run(
+        self, request: ExecRequest, max_output: int | None, timeout_code: int
+    ) -> ExecResult:
         channel = self._check_alive()
         user = request.user
         if user not in _USERS:
@@ -242,7 +257,8 @@ class LocalSandbox(Sandbox):
             env_script=env_script,
             user=user,
             timeout=request.timeout,
-            max_output=self.max_output,
+            max_output=max_output,
+            timeout_code=timeout_code,
         )
 
     # -- files -----------------------------------------------------------------------------
