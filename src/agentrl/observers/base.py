@@ -222,7 +222,7 @@ class Tracker:
         )
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[int, dict[str, float], RolloutRow] | None] = queue.Queue()
-        self._writer: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
         self._opened = False
         self._broken = False
         self._closed = False
@@ -261,11 +261,11 @@ class Tracker:
             self.rows.append(row)
             self.outcomes[row.outcome] += 1
             self._queue.put((len(self.rows), {**row.metrics(), **self.summary()}, row))
-            if self._writer is None:
-                self._writer = threading.Thread(
+            if self._thread is None:
+                self._thread = threading.Thread(
                     target=self._write, name=f"agentrl-track-{self.name}", daemon=True
                 )
-                self._writer.start()
+                self._thread.start()
 
     def flush(self) -> None:
         """Wait until every rollout queued so far is written (or dropped, if broken)."""
@@ -278,11 +278,11 @@ class Tracker:
             if self._closed:
                 return
             self._closed = True
-            writer = self._writer
-            if writer is not None:
+            thread = self._thread
+            if thread is not None:
                 self._queue.put(None)
-        if writer is not None:
-            writer.join()
+        if thread is not None:
+            thread.join()
 
     def _write(self) -> None:
         """The writer thread: open on the first rollout, log each, finish on ``None``."""
