@@ -12,24 +12,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rollout_support import CLI_DIR, TASKS, claude_solution
+from rollout_support import CLI_DIR, claude_solution, textstats_task_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
-
-
-def _task_file(tmp_path: Path) -> Path:
-    """The textstats example row, its host paths made absolute."""
-    for line in TASKS.read_text().splitlines():
-        row = json.loads(line)
-        meta = row["metadata"]
-        if meta["instance_id"] == "textstats-1":
-            for key in ("repo", "gold_patch_path"):
-                if meta.get(key):
-                    meta[key] = str(TASKS.parent / meta[key])
-            path = tmp_path / "task.jsonl"
-            path.write_text(json.dumps(row) + "\n")
-            return path
-    raise AssertionError(f"textstats-1 not in {TASKS}")
 
 
 async def _agentrl(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
@@ -62,7 +47,7 @@ async def test_rollout_command_tracks_to_tensorboard(tmp_path, scripted_engine, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_TRACK")}
     args = (
         "rollout",
-        str(_task_file(tmp_path)),
+        str(textstats_task_file(tmp_path)),
         "--engine-url",
         scripted_engine.url,
         "--tokenizer",
@@ -106,7 +91,7 @@ def test_an_unknown_tracker_is_a_usage_error(tmp_path, flags, env):
     before any stack starts."""
     from agentrl.cli.rollout import rollout_command
 
-    args = [str(_task_file(tmp_path)), "--engine-url", "http://127.0.0.1:9", *flags]
+    args = [str(textstats_task_file(tmp_path)), "--engine-url", "http://127.0.0.1:9", *flags]
     result = CliRunner().invoke(rollout_command, args, env={"AGENTRL_TRACK": None, **env})
     assert result.exit_code == 2, result.output
     assert "no tracker named 'mlflow'" in result.output and "wandb, tensorboard" in result.output

@@ -25,9 +25,8 @@ from ray_support import (
     run,
     sandbox_processes,
     start,
-    task_file,
 )
-from rollout_support import CLI_DIR
+from rollout_support import CLI_DIR, textstats_task_file
 
 from agentrl.testing.ray_cluster import free_port
 
@@ -47,7 +46,7 @@ async def test_an_address_without_a_cluster_is_one_line_and_ray_loads_only_on_us
     no traceback; importing the Ray runner does not import ``ray``."""
     port = free_port()
     args = rollout_args(
-        task_file(tmp_path),
+        textstats_task_file(tmp_path),
         tmp_path / "out",
         "http://127.0.0.1:9",
         qwen_tokenizer_dir,
@@ -99,7 +98,14 @@ def engine(scripted_engine):
 
 def _args(tmp_path, out, engine, tokenizer, *extra):
     return rollout_args(
-        task_file(tmp_path), out, engine.url, tokenizer, tmp_path / "sb", "-n", str(SAMPLES), *extra
+        textstats_task_file(tmp_path),
+        out,
+        engine.url,
+        tokenizer,
+        tmp_path / "sb",
+        "-n",
+        str(SAMPLES),
+        *extra,
     )
 
 

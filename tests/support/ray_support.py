@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout_support import CLI_DIR, TASKS, claude_solution
+from rollout_support import CLI_DIR, claude_solution
 
 from agentrl.testing.ray_cluster import RAY_ENV
 from agentrl.testing.scripted_engine import ScriptedReply
@@ -51,21 +51,6 @@ class SessionScript:
     def indexes(self) -> list[int]:
         """The sample index of every session started, in order."""
         return [session_index(key) for key in self.sessions]
-
-
-def task_file(tmp_path: Path) -> Path:
-    """The textstats example row, its host paths absolute."""
-    for line in TASKS.read_text().splitlines():
-        row = json.loads(line)
-        meta = row["metadata"]
-        if meta["instance_id"] == "textstats-1":
-            for key in ("repo", "gold_patch_path"):
-                if meta.get(key):
-                    meta[key] = str(TASKS.parent / meta[key])
-            path = tmp_path / "task.jsonl"
-            path.write_text(json.dumps(row) + "\n")
-            return path
-    raise AssertionError(f"textstats-1 not in {TASKS}")
 
 
 def rollout_args(

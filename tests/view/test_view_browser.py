@@ -10,14 +10,13 @@ directory by the real runner. The tests assert on the DOM and leave screenshots 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from rollout_support import CLI_DIR, claude_solution
+from rollout_support import CLI_DIR, claude_solution, textstats_task_file
 from view_support import (
     FAILING_TASK,
     SESSION_TASK,
@@ -33,21 +32,6 @@ from agentrl.types import Outcome
 from agentrl.view import RunSource, export_html
 
 REPO = Path(__file__).resolve().parents[2]
-TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
-
-
-def _task_file(tmp_path: Path) -> Path:
-    for line in TASKS.read_text().splitlines():
-        row = json.loads(line)
-        meta = row["metadata"]
-        if meta["instance_id"] == "textstats-1":
-            for key in ("repo", "gold_patch_path"):
-                if meta.get(key):
-                    meta[key] = str(TASKS.parent / meta[key])
-            path = tmp_path / "task.jsonl"
-            path.write_text(json.dumps(row) + "\n")
-            return path
-    raise AssertionError("textstats-1 is not in the example tasks")
 
 
 async def _real_rollout(tmp_path: Path, engine, tokenizer_dir: Path) -> Path:
@@ -60,7 +44,7 @@ async def _real_rollout(tmp_path: Path, engine, tokenizer_dir: Path) -> Path:
         engine.queue(reply)
     out = tmp_path / "run"
     args = [
-        "rollout", str(_task_file(tmp_path)), "--harness", "claude_code",
+        "rollout", str(textstats_task_file(tmp_path)), "--harness", "claude_code",
         "--engine-url", engine.url, "--tokenizer", str(tokenizer_dir), "--cli-dir", str(CLI_DIR),
         "--out", str(out), "--agent-time-budget", "240", "--eval-timeout", "180",
     ]  # fmt: skip
