@@ -251,7 +251,9 @@ class RayCluster:
             try:
                 result = await self._dispatch(node, task, index)
             except _Lost as exc:
-                if exc.delivered:
+                # The one reschedule sent to a node that was already gone (found out only
+                # now) ran nowhere: it is sent again, not counted as a second loss.
+                if exc.delivered and not (exc.gone and lost):
                     lost.append({"node_id": node.node_id, "error": exc.reason})
                 else:
                     undelivered += 1  # it never ran: sending it again is no reschedule
