@@ -17,30 +17,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from rollout_support import CLI_DIR, DONE, FakeResult, FakeSample, claude_solution, codex_solution
+from rollout_support import (
+    CLI_DIR,
+    DONE,
+    FakeResult,
+    FakeSample,
+    claude_solution,
+    codex_solution,
+    example_task_file,
+)
 from rollout_support import fake_tasks as _tasks
 
 from agentrl.cli.rollout import find_cli_dir, run_with_progress
 from agentrl.rollout.runner import Runner
 from agentrl.types import Outcome
-
-REPO = Path(__file__).resolve().parents[2]
-TASKS = REPO / "examples" / "tasks" / "scaleswe.jsonl"
-
-
-def _one_task_file(tmp_path: Path, instance_id: str) -> Path:
-    """A JSONL file with one example row, its host paths made absolute."""
-    for line in TASKS.read_text().splitlines():
-        row = json.loads(line)
-        if row["metadata"]["instance_id"] == instance_id:
-            meta = row["metadata"]
-            for key in ("repo", "gold_patch_path"):
-                if meta.get(key):
-                    meta[key] = str(TASKS.parent / meta[key])
-            path = tmp_path / "task.jsonl"
-            path.write_text(json.dumps(row) + "\n")
-            return path
-    raise AssertionError(f"{instance_id} not in {TASKS}")
 
 
 def _read(path: str) -> str:
@@ -96,7 +86,7 @@ async def test_rollout_command_solves_a_task(
         )
     for reply in solution():
         scripted_engine.queue(reply)
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, harness)
 
@@ -133,7 +123,7 @@ async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
             f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis`"
         )
     scripted_engine.queue(DONE, delay=120)
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
     proc = await asyncio.create_subprocess_exec(
@@ -163,7 +153,7 @@ async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
 
 async def test_rollout_command_rejects_bad_configuration(tmp_path):
     """Missing engine URL, unknown harness, unreadable task files, a bad --prompt-mode: clear errors."""
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     code, _, stderr = await _agentrl("rollout", str(task_file), "--tokenizer", ".", cwd=tmp_path)
     assert code == 2 and "--engine sglang needs --engine-url" in stderr
     code, _, stderr = await _agentrl("rollout", str(tmp_path / "nope.jsonl"), cwd=tmp_path)
@@ -192,7 +182,7 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
 
 async def test_unknown_option_keys_are_usage_errors(tmp_path, scripted_engine, qwen_tokenizer_dir):
     """A misspelt --sandbox-options / --harness-options key: exit 2 listing the keys, no rollout."""
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
     code, _, stderr = await _agentrl(*args, "--sandbox-options", '{"memroy_mb": 512}', cwd=tmp_path)
@@ -209,7 +199,7 @@ async def test_e2b_task_without_image_fails_before_the_first_rollout(
     tmp_path, scripted_engine, qwen_tokenizer_dir
 ):
     """e2b, an image-less row and no template: one line naming the task, exit 1, nothing run."""
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if "E2B" not in k}
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
@@ -230,7 +220,7 @@ async def test_failed_rollouts_exit_1_and_run_again_on_resume(
         pytest.fail(
             f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis`"
         )
-    task_file = _one_task_file(tmp_path, "textstats-1")
+    task_file = example_task_file(tmp_path, "textstats-1")
     out = tmp_path / "out"
     args = _args(task_file, out, scripted_engine.url, qwen_tokenizer_dir, "claude_code")
     broken = ("--sandbox-options", '{"bwrap": "false"}')  # a "bubblewrap" that exits at once

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rollout_support import CLI_DIR, claude_solution, textstats_task_file
+from rollout_support import CLI_DIR, claude_solution, example_task_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -47,7 +47,7 @@ async def test_rollout_command_tracks_to_tensorboard(tmp_path, scripted_engine, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_TRACK")}
     args = (
         "rollout",
-        str(textstats_task_file(tmp_path)),
+        str(example_task_file(tmp_path)),
         "--engine-url",
         scripted_engine.url,
         "--tokenizer",
@@ -91,7 +91,7 @@ def test_an_unknown_tracker_is_a_usage_error(tmp_path, flags, env):
     before any stack starts."""
     from agentrl.cli.rollout import rollout_command
 
-    args = [str(textstats_task_file(tmp_path)), "--engine-url", "http://127.0.0.1:9", *flags]
+    args = [str(example_task_file(tmp_path)), "--engine-url", "http://127.0.0.1:9", *flags]
     result = CliRunner().invoke(rollout_command, args, env={"AGENTRL_TRACK": None, **env})
     assert result.exit_code == 2, result.output
     assert "no tracker named 'mlflow'" in result.output and "wandb, tensorboard" in result.output

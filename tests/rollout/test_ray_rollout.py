@@ -26,7 +26,7 @@ from ray_support import (
     sandbox_processes,
     start,
 )
-from rollout_support import CLI_DIR, textstats_task_file
+from rollout_support import CLI_DIR, example_task_file
 
 from agentrl.testing.ray_cluster import free_port
 
@@ -46,7 +46,7 @@ async def test_an_address_without_a_cluster_is_one_line_and_ray_loads_only_on_us
     no traceback; importing the Ray runner does not import ``ray``."""
     port = free_port()
     args = rollout_args(
-        textstats_task_file(tmp_path),
+        example_task_file(tmp_path),
         tmp_path / "out",
         "http://127.0.0.1:9",
         qwen_tokenizer_dir,
@@ -98,7 +98,7 @@ def engine(scripted_engine):
 
 def _args(tmp_path, out, engine, tokenizer, *extra):
     return rollout_args(
-        textstats_task_file(tmp_path),
+        example_task_file(tmp_path),
         out,
         engine.url,
         tokenizer,

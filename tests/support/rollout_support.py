@@ -56,20 +56,20 @@ def textstats_task() -> Task:
 DONE = "The whitespace handling in `words` is fixed and the tests pass."
 
 
-def textstats_task_file(tmp_path: Path) -> Path:
-    """``tmp_path/task.jsonl``: the textstats example row, its host paths made absolute
+def example_task_file(tmp_path: Path, instance_id: str = "textstats-1") -> Path:
+    """``tmp_path/task.jsonl``: one row of the example tasks, its host paths made absolute
     (for tests that run the ``agentrl`` command on it)."""
     for line in TASKS.read_text().splitlines():
         row = json.loads(line)
         meta = row["metadata"]
-        if meta["instance_id"] == "textstats-1":
+        if meta["instance_id"] == instance_id:
             for key in ("repo", "gold_patch_path"):
                 if meta.get(key):
                     meta[key] = str(TASKS.parent / meta[key])
             path = tmp_path / "task.jsonl"
             path.write_text(json.dumps(row) + "\n")
             return path
-    raise AssertionError(f"textstats-1 not in {TASKS}")
+    raise AssertionError(f"{instance_id} not in {TASKS}")
 
 
 def tool_call(name: str, **arguments: object) -> str:

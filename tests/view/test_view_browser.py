@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from rollout_support import CLI_DIR, claude_solution, textstats_task_file
+from rollout_support import CLI_DIR, claude_solution, example_task_file
 from view_support import (
     FAILING_TASK,
     SESSION_TASK,
@@ -44,7 +44,7 @@ async def _real_rollout(tmp_path: Path, engine, tokenizer_dir: Path) -> Path:
         engine.queue(reply)
     out = tmp_path / "run"
     args = [
-        "rollout", str(textstats_task_file(tmp_path)), "--harness", "claude_code",
+        "rollout", str(example_task_file(tmp_path)), "--harness", "claude_code",
         "--engine-url", engine.url, "--tokenizer", str(tokenizer_dir), "--cli-dir", str(CLI_DIR),
         "--out", str(out), "--agent-time-budget", "240", "--eval-timeout", "180",
     ]  # fmt: skip
