@@ -17,6 +17,8 @@ Public API::
     qwen_tokenizer_dir(*, chat_template=None, cache_dir=None) -> pathlib.Path
         The cached directory itself (loadable with ``load_tokenizer`` or ``AutoTokenizer``),
         e.g. for ``agentrl serve --tokenizer``.
+    byte_to_unicode() -> dict[int, str]
+        GPT-2's printable stand-in for each byte value (what byte-level BPE vocabularies use).
     QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...]   (id, content, special)
     QWEN3_CHAT_TEMPLATE: str
 
@@ -48,6 +50,7 @@ __all__ = [
     "ChatTemplateUnavailableError",
     "TokenizerError",
     "build_qwen_tokenizer",
+    "byte_to_unicode",
     "check_chat_template_support",
     "default_cache_dir",
     "load_tokenizer",
@@ -304,8 +307,8 @@ def _load_ranks(vocab_file: Path) -> dict[bytes, int]:
     return ranks
 
 
-def _byte_to_unicode() -> dict[int, str]:
-    # GPT-2's printable mapping of the 256 byte values, used by every byte-level BPE.
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-in for each of the 256 byte values (every byte-level BPE's)."""
     printable = [
         *range(ord("!"), ord("~") + 1),
         *range(ord("¡"), ord("¬") + 1),
@@ -321,7 +324,7 @@ def _byte_to_unicode() -> dict[int, str]:
 
 
 def _vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    table = _byte_to_unicode()
+    table = byte_to_unicode()
 
     def as_str(token: bytes) -> str:
         return "".join(table[b] for b in token)

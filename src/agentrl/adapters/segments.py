@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentrl.adapters.ascii_bpe import AsciiBPE
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -124,10 +126,18 @@ _encoder_cache: weakref.WeakKeyDictionary[Any, SegmentEncoder | None] = weakref.
 class SegmentEncoder:
     """Encodes texts for one Rust-backed tokenizer, cut at its boundary tokens."""
 
-    def __init__(self, backend: Any, literals: dict[int, str], typecode: str) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        literals: dict[int, str],
+        typecode: str,
+        ascii_bpe: AsciiBPE | None = None,
+    ) -> None:
         self.backend = backend
         self.literals = literals
         self.typecode = typecode
+        #: Encodes the ASCII pieces (the tokenizer's ids, faster); None: the tokenizer does.
+        self.ascii_bpe = ascii_bpe if typecode == "I" else None
         ordered = sorted(set(literals.values()), key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(lit) for lit in ordered))
         fast = getattr(backend, "encode_batch_fast", None)
@@ -164,7 +174,9 @@ class SegmentEncoder:
             logger.info("tokenizer has no added token to split at; every turn is tokenized in full")
             return None
         size = backend.get_vocab_size(with_added_tokens=True)
-        encoder = cls(backend, literals, "I" if size < 2**32 else "Q")
+        encoder = cls(
+            backend, literals, "I" if size < 2**32 else "Q", AsciiBPE.for_backend(backend)
+        )
         if not encoder._splits_cleanly(literals[min(literals)]):
             logger.info(
                 "tokenizer %s tokenizes the start of a text differently from the same text "
@@ -203,12 +215,10 @@ class SegmentEncoder:
         rest = text[start:]
         if rest:
             pieces.append(rest)
-        encodings = self._encode_batch(pieces, add_special_tokens=False) if pieces else []
         ids = array(self.typecode)
         counts = []
         literals = self.literals
-        for index, encoding in enumerate(encodings):
-            piece_ids = encoding.ids
+        for index, piece_ids in enumerate(self._pieces_ids(pieces)):
             if index < len(pieces) - 1 or not rest:
                 literal = literals.get(piece_ids[-1]) if piece_ids else None
                 if literal is None or not pieces[index].endswith(literal):
@@ -219,6 +229,20 @@ class SegmentEncoder:
                 ids.extend(piece_ids)
         segments = pieces[: len(counts)]
         return Segmented(segments=segments, counts=counts, ids=ids, rest=rest)
+
+    def _pieces_ids(self, pieces: list[str]) -> list[Any]:
+        """Each piece's ids: ASCII pieces from :attr:`ascii_bpe`, the others (and any it
+        declines) from the tokenizer, in one batch."""
+        fast = self.ascii_bpe
+        if fast is None:
+            return [e.ids for e in self._encode_batch(pieces, add_special_tokens=False)]
+        found: list[Any] = [fast.ids(piece) for piece in pieces]
+        rest = [index for index, ids in enumerate(found) if ids is None]
+        if rest:
+            batch = self._encode_batch([pieces[i] for i in rest], add_special_tokens=False)
+            for index, encoding in zip(rest, batch, strict=True):
+                found[index] = encoding.ids
+        return found
 
     def _encode_with_offsets(self, text: str) -> Segmented:
         """The whole text in one encoding, split points read from its offsets."""
