@@ -71,6 +71,26 @@ async def test_delay_from_arrival_answers_after_the_delay_with_the_work_inside_i
         assert engine.overruns == 1
 
 
+async def test_delay_from_arrival_holds_the_making_of_the_answer_too(monkeypatch):
+    """The answer (output ids, text, JSON) is made before the wait, so a slow answer is
+    inside the delay too; the last stretch is waited out by yielding, never answered early."""
+    async with ScriptedEngine(
+        responder=lambda body, headers: ScriptedReply(ids=(7,), delay=0.6, eos=False),
+        delay_from_arrival=True,
+    ) as engine:
+        answer = engine._answer
+
+        def slow_answer(*args, **kwargs):
+            time.sleep(0.3)
+            return answer(*args, **kwargs)
+
+        monkeypatch.setattr(engine, "_answer", slow_answer)
+        latencies = [await _post_generate(engine.url) for _ in range(3)]
+        assert all(0.6 <= latency < 0.85 for latency in latencies), latencies
+        assert engine.overruns == 0
+        assert [g.output_ids for g in engine.served] == [(7,)] * 3
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
 def test_middleware_benchmark_quick_mode_reports_every_figure():

@@ -43,7 +43,8 @@ cannot serve) without touching the reply queues.
 
 With ``delay_from_arrival=True`` a reply's ``delay`` counts from the request's arrival, so
 the engine's own work (reading and checking the body, picking the reply) happens inside
-it and a reply with ``delay=D`` answers exactly ``D`` after arrival — a known, fixed
+it, and so does making the answer (output ids, text, JSON), and a reply with ``delay=D``
+answers exactly ``D`` after arrival — a known, fixed
 engine time that a benchmark can subtract from its client's latency. ``engine.overruns``
 counts the replies whose own work took longer than their delay.
 """
@@ -72,6 +73,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: How early a delay timed from arrival stops sleeping and yields until its deadline.
+TIMER_SLACK = 0.002
 
 
 def scripted_logprob(call_index: int, position: int, token_id: int) -> float:
@@ -317,6 +321,11 @@ class ScriptedEngine:
         key = request.headers.get("X-SMG-Routing-Key")
 
         aborted = rid is not None and rid in self._aborted
+        # Timed from arrival, every part of the answer (the output ids, their text, the
+        # JSON) is made before the wait, so the delay holds all of the engine's own work.
+        ready = None
+        if self.delay_from_arrival and reply.status == 200 and not aborted:
+            ready = self._answer(body, reply, call_index, key, aborted=False)
         delay = reply.delay
         if self.delay_from_arrival and delay > 0:
             delay -= time.perf_counter() - arrived
@@ -326,44 +335,61 @@ class ScriptedEngine:
             event = asyncio.Event()
             if rid is not None:
                 self._abort_events[rid] = event
+            deadline = time.perf_counter() + delay
+            # asyncio's timers wake ~1.3 ms late (epoll's millisecond ticks); timed from
+            # arrival, the last stretch is waited out by yielding, so the delay is exact.
+            slack = TIMER_SLACK if self.delay_from_arrival else 0.0
             try:
-                await asyncio.wait_for(event.wait(), timeout=delay)
+                await asyncio.wait_for(event.wait(), timeout=max(0.0, delay - slack))
                 aborted = True
             except asyncio.TimeoutError:
-                pass
+                while slack and time.perf_counter() < deadline and not event.is_set():
+                    await asyncio.sleep(0)
+                aborted = event.is_set()
             finally:
                 if rid is not None:
                     self._abort_events.pop(rid, None)
+        if ready is None or aborted:
+            ready = self._answer(body, reply, call_index, key, aborted=aborted)
+        served, response = ready
+        self.served.append(served)
+        await self._notify()
+        return response
 
+    def _answer(
+        self,
+        body: dict[str, Any],
+        reply: ScriptedReply,
+        call_index: int,
+        key: str | None,
+        *,
+        aborted: bool,
+    ) -> tuple[ServedGeneration, web.Response]:
+        """What was served and the reply to send, for one ``/generate`` call."""
+        rid, input_ids = body.get("rid"), body["input_ids"]
+        sampling = body.get("sampling_params") or {}
         if reply.status != 200:
-            self.served.append(
-                ServedGeneration(
-                    rid=rid,
-                    routing_key=key,
-                    input_ids=tuple(input_ids),
-                    output_ids=(),
-                    logprobs=(),
-                    finish_reason="error",
-                    status=reply.status,
-                )
-            )
-            await self._notify()
-            return _error(reply.status, reply.error)
-
-        ids, logprobs, finish = self._materialise(reply, call_index, sampling)
-        if aborted:
-            ids, logprobs, finish = [], [], "abort"
-        self.served.append(
-            ServedGeneration(
+            served = ServedGeneration(
                 rid=rid,
                 routing_key=key,
                 input_ids=tuple(input_ids),
-                output_ids=tuple(ids),
-                logprobs=tuple(logprobs),
-                finish_reason=finish,
+                output_ids=(),
+                logprobs=(),
+                finish_reason="error",
+                status=reply.status,
             )
+            return served, _error(reply.status, reply.error)
+        ids, logprobs, finish = self._materialise(reply, call_index, sampling)
+        if aborted:
+            ids, logprobs, finish = [], [], "abort"
+        served = ServedGeneration(
+            rid=rid,
+            routing_key=key,
+            input_ids=tuple(input_ids),
+            output_ids=tuple(ids),
+            logprobs=tuple(logprobs),
+            finish_reason=finish,
         )
-        await self._notify()
         finish_reason: dict[str, Any] = {"type": finish}
         if finish == "stop" and ids and ids[-1] == self.eos_token_id:
             finish_reason["matched"] = self.eos_token_id
@@ -388,7 +414,8 @@ class ScriptedEngine:
             meta["output_token_logprobs"] = [
                 [lp, tid, None] for lp, tid in zip(logprobs, ids, strict=True)
             ]
-        return web.json_response({"text": text, "output_ids": ids, "meta_info": meta})
+        response = web.json_response({"text": text, "output_ids": ids, "meta_info": meta})
+        return served, response
 
     def _materialise(
         self, reply: ScriptedReply, call_index: int, sampling: Mapping[str, Any]
