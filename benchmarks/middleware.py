@@ -17,7 +17,8 @@
    (those are reported; the medians stand), else the run fails. Beside each wall figure
    is the serving process's CPU per turn (``time.process_time()``, threads included,
    between the ends of two engine calls: one whole turn of its work), which a busy shared
-   machine inflates far less than wall time.
+   machine inflates far less than wall time. The collector is tuned once after start-up
+   (``tune_gc``), as ``agentrl serve``, the rollout stack and slime's service do.
    Columns: ``splice`` (the default prompt mode), ``render`` (incremental renderer; every
    turn asserts that the engine got exactly the full render of the request, failing the
    benchmark otherwise), ``full`` (``incremental_render=False``: re-render and re-tokenize
@@ -53,6 +54,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _driver import Driver, Plan, goal_line, load_tokenizer
+
+from agentrl.adapters.shard_wire import tune_gc
 
 SIZES = (16_384, 32_768, 65_536, 131_072)
 QUICK_SIZES = (16_384, 20_480)
@@ -374,6 +377,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     with Driver() as driver:  # the child loads its tokenizer while this process does
         tokenizer = load_tokenizer()
+        tune_gc()  # what `agentrl serve`, the rollout stack and slime's service do at start-up
         overhead = bench_overhead(driver, tokenizer, args) if "overhead" in args.parts else None
         held = [
             asyncio.run(held_run(driver, tokenizer, args, mode))
