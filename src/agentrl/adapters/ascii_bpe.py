@@ -261,14 +261,14 @@ class AsciiBPE:
             return False  # an empty match: the tokenizer's handling is not reproduced
         if self._isolated and sum(map(len, words)) != len(text):
             words = self._with_gaps(text)
-        cache = self._words
-        for word in words:
-            encoded = cache.get(word)
-            if encoded is None:
-                encoded = self._bpe(word)
+        found = list(map(self._words.get, words))  # one C loop when every word is cached
+        if None in found:
+            for index, encoded in enumerate(found):
                 if encoded is None:
-                    return False
-            out.frombytes(encoded)
+                    encoded = found[index] = self._bpe(words[index])
+                    if encoded is None:
+                        return False
+        out.frombytes(b"".join(found))
         return True
 
     def _with_gaps(self, text: str) -> list[str]:
