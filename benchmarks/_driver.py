@@ -31,6 +31,8 @@ from typing import Any
 
 import attrs
 
+from agentrl import jsonio
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = (
     REPO.parent / "shared" / "fixtures" / "clients" / "claude_code" / "001_post_v1_messages.json"
@@ -95,17 +97,30 @@ def tool_call_text(index: int, *, reasoning: bool = False, style: str = "agentrl
     return text
 
 
-def responder_for(*, reasoning: bool = False, style: str = "agentrl", delay: float = 0.0):
-    """A scripted-engine responder: each session's turn k calls the tool on module k."""
+def responder_for(
+    *, reasoning: bool = False, style: str = "agentrl", delay: float = 0.0, tokenizer=None
+):
+    """A scripted-engine responder: each session's turn k calls the tool on module k.
+
+    With ``tokenizer``, each turn's text is tokenized once and its ids reused (what the
+    engine would tokenize each time), so 256 sessions do not tokenize the same 18 texts
+    thousands of times in the load generator's process.
+    """
     from agentrl.testing.scripted_engine import ScriptedReply
 
     counters: dict[str, int] = {}
+
+    @functools.cache
+    def ids_of(text: str) -> tuple[int, ...]:
+        return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def respond(body, headers):
         key = headers.get("X-SMG-Routing-Key", "")
         counters[key] = counters.get(key, 0) + 1
         text = tool_call_text(counters[key], reasoning=reasoning, style=style)
-        return ScriptedReply(text=text, delay=delay)
+        if tokenizer is None:
+            return ScriptedReply(text=text, delay=delay)
+        return ScriptedReply(ids=ids_of(text), delay=delay)
 
     return respond
 
@@ -180,9 +195,18 @@ class Driver:
             raise RuntimeError(f"benchmark client process failed:\n{value}")
         return value
 
-    def engine(self, *, delay: float, style: str = "agentrl", reasoning: bool = False) -> str:
-        """(Re)start the child's scripted engine; returns its URL."""
-        return self._call("engine", {"delay": delay, "style": style, "reasoning": reasoning})
+    def engine(
+        self,
+        *,
+        delay: float,
+        style: str = "agentrl",
+        reasoning: bool = False,
+        count_ids: bool = False,
+    ) -> str:
+        """(Re)start the child's scripted engine; returns its URL. ``count_ids``: the engine
+        counts prompt ids on the raw body instead of parsing them (load modes)."""
+        options = {"delay": delay, "style": style, "reasoning": reasoning}
+        return self._call("engine", {**options, "count_ids": count_ids})
 
     def play(self, plan: Plan) -> Report:
         """Run ``plan`` in the child (blocking)."""
@@ -228,8 +252,13 @@ async def _child_main(conn) -> None:
                 if message[0] == "engine":
                     if engine is not None:
                         await engine.close()
+                    options = dict(message[1])
+                    count_ids = options.pop("count_ids", False)
                     engine = ScriptedEngine(
-                        tokenizer, responder=responder_for(**message[1]), delay_from_arrival=True
+                        tokenizer,
+                        responder=responder_for(**options, tokenizer=tokenizer),
+                        delay_from_arrival=True,
+                        count_ids=count_ids,
                     )
                     conn.send(("ok", await engine.start()))
                 elif message[0] == "play":
@@ -279,7 +308,7 @@ async def _session(http, plan: Plan, token: str, offset: float, engine, checker)
     turn = 0
     while True:
         turn += 1
-        data = json.dumps({**body, "messages": messages}).encode()
+        data = jsonio.dumps({**body, "messages": messages})
         if checker is None and not plan.reminder_every:
             # Nothing reads what the engine recorded: keep the child's memory flat.
             engine.requests.clear()
@@ -289,7 +318,7 @@ async def _session(http, plan: Plan, token: str, offset: float, engine, checker)
             raw = await r.read()
             status = r.status
         latency = time.perf_counter() - started
-        reply = json.loads(raw)
+        reply = jsonio.loads(raw)
         if status != 200:
             raise RuntimeError(f"middleware answered {status}: {reply}")
         out.append((latency, reply["usage"]["input_tokens"]))

@@ -105,7 +105,7 @@ def mode_plan(mode: str, quick: bool, lines: int) -> dict[str, Any]:
 async def run_mode(driver: Driver, mode: str, workers: int, args) -> dict[str, Any] | str:
     """One mode with ``workers`` processes, or why it cannot run."""
     shape = mode_plan(mode, args.quick, args.lines)
-    engine_url = driver.engine(delay=shape["gen"])
+    engine_url = driver.engine(delay=shape["gen"], count_ids=True)
     build = functools.partial(build_middleware, engine_url)
     if workers == 1:
         mw = build()

@@ -91,6 +91,34 @@ async def test_delay_from_arrival_holds_the_making_of_the_answer_too(monkeypatch
         assert [g.output_ids for g in engine.served] == [(7,)] * 3
 
 
+async def test_count_ids_counts_plain_ids_and_parses_anything_else_whole():
+    """count_ids: plain digit ids are counted on the raw bytes (prompt_tokens right, nothing
+    kept of them); a float, a string or a second input_ids key is parsed whole and meets
+    the usual 400."""
+    async with (
+        ScriptedEngine(
+            responder=lambda body, headers: ScriptedReply(ids=(7,), eos=False), count_ids=True
+        ) as engine,
+        aiohttp.ClientSession(trust_env=False) as http,
+    ):
+
+        async def post(raw: bytes) -> tuple[int, dict]:
+            async with http.post(f"{engine.url}/generate", data=raw) as r:
+                return r.status, await r.json()
+
+        status, reply = await post(b'{"rid":"a","input_ids":[1,22,333],"sampling_params":{}}')
+        assert status == 200 and reply["meta_info"]["prompt_tokens"] == 3
+        assert engine.requests[-1].body["input_ids"] == [] and engine.served[-1].input_ids == ()
+        status, reply = await post(b'{"input_ids":[],"sampling_params":{}}')
+        assert status == 200 and reply["meta_info"]["prompt_tokens"] == 0
+        for bad in (b'{"input_ids":[1,2.5]}', b'{"input_ids":[1,"2"]}', b'{"input_ids":[1,,2]}'):
+            assert (await post(bad))[0] == 400, bad
+        nested = b'{"input_ids":[1,2],"sampling_params":{"input_ids":[3]}}'
+        status, reply = await post(nested)
+        assert status == 200 and reply["meta_info"]["prompt_tokens"] == 2
+        assert engine.served[-1].input_ids == (1, 2)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not FIXTURE.is_file(), reason="needs the captured client fixtures (shared/)")
 def test_middleware_benchmark_quick_mode_reports_every_figure():

@@ -47,6 +47,13 @@ it, and so does making the answer (output ids, text, JSON), and a reply with ``d
 answers exactly ``D`` after arrival — a known, fixed
 engine time that a benchmark can subtract from its client's latency. ``engine.overruns``
 counts the replies whose own work took longer than their delay.
+
+With ``count_ids=True`` (a load generator sharing the cores with the middleware under test)
+a body whose ``input_ids`` are plain digits and commas is parsed without them: the ids are
+checked and counted on the raw bytes, not turned into 131k Python ints (~15 ms a 128k
+prompt here, most of a core at 85 requests a second). ``prompt_tokens`` is still the count;
+the recorded body holds ``input_ids: []`` and ``served`` records no input ids. Any other
+body is parsed whole, as always.
 """
 
 from __future__ import annotations
@@ -57,11 +64,14 @@ import contextlib
 import itertools
 import logging
 import time
+from array import array
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from aiohttp import web
+
+from agentrl import jsonio
 
 __all__ = [
     "RecordedRequest",
@@ -73,6 +83,46 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+_IDS_KEY = b'"input_ids":['
+_DIGITS = b"0123456789,"
+
+
+def _counted_ids(raw: bytes) -> tuple[dict[str, Any], int] | None:
+    """The body with ``input_ids`` left empty and how many ids it held, for a body whose one
+    ``input_ids`` array is plain digits and commas; None for anything else (parsed whole)."""
+    start = raw.find(_IDS_KEY)
+    if start < 0 or raw.find(_IDS_KEY, start + 1) >= 0:
+        return None
+    first = start + len(_IDS_KEY)
+    end = raw.find(b"]", first)
+    ids = raw[first:end]
+    if (
+        end < 0
+        or ids.translate(None, _DIGITS)
+        or b",," in ids
+        or ids[:1] == b","
+        or ids[-1:] == b","
+    ):
+        return None
+    try:
+        body = jsonio.loads(raw[:first] + raw[end:])
+    except ValueError:
+        return None
+    return body, ids.count(b",") + 1 if ids else 0
+
+
+def _all_ints(values: list[Any]) -> bool:
+    """Whether every value is an ``int`` (one C loop for a 128k prompt's ids)."""
+    try:
+        array("q", values)
+    except TypeError:
+        return False
+    except OverflowError:
+        return all(isinstance(value, int) for value in values)
+    return True
+
 
 #: How early a delay timed from arrival stops sleeping and yields until its deadline.
 TIMER_SLACK = 0.002
@@ -146,9 +196,11 @@ class ScriptedEngine:
         host: str = "127.0.0.1",
         port: int = 0,
         delay_from_arrival: bool = False,
+        count_ids: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.delay_from_arrival = delay_from_arrival
+        self.count_ids = count_ids
         self.overruns = 0
         if eos_token_id is None and tokenizer is not None:
             eos_token_id = getattr(tokenizer, "eos_token_id", None)
@@ -301,8 +353,10 @@ class ScriptedEngine:
 
     async def _generate(self, request: web.Request) -> web.Response:
         arrived = time.perf_counter()
+        raw = await request.read()
+        counted = _counted_ids(raw) if self.count_ids else None
         try:
-            body = await request.json()
+            body = jsonio.loads(raw) if counted is None else counted[0]
         except ValueError:
             await self._record(request, None)
             return _error(400, "request body is not valid JSON")
@@ -310,8 +364,9 @@ class ScriptedEngine:
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         input_ids = body.get("input_ids")
-        if not isinstance(input_ids, list) or not all(isinstance(i, int) for i in input_ids):
+        if not isinstance(input_ids, list) or not _all_ints(input_ids):
             return _error(400, "input_ids must be a list of integers")
+        prompt_tokens = len(input_ids) if counted is None else counted[1]
         sampling = body.get("sampling_params") or {}
         if not isinstance(sampling, dict):
             return _error(400, "sampling_params must be an object")
@@ -325,7 +380,7 @@ class ScriptedEngine:
         # JSON) is made before the wait, so the delay holds all of the engine's own work.
         ready = None
         if self.delay_from_arrival and reply.status == 200 and not aborted:
-            ready = self._answer(body, reply, call_index, key, aborted=False)
+            ready = self._answer(body, prompt_tokens, reply, call_index, key, aborted=False)
         delay = reply.delay
         if self.delay_from_arrival and delay > 0:
             delay -= time.perf_counter() - arrived
@@ -343,14 +398,14 @@ class ScriptedEngine:
                 await asyncio.wait_for(event.wait(), timeout=max(0.0, delay - slack))
                 aborted = True
             except asyncio.TimeoutError:
-                while slack and time.perf_counter() < deadline and not event.is_set():
+                while slack and time.perf_counter() < deadline and not event.is_set():  # noqa: ASYNC110
                     await asyncio.sleep(0)
                 aborted = event.is_set()
             finally:
                 if rid is not None:
                     self._abort_events.pop(rid, None)
         if ready is None or aborted:
-            ready = self._answer(body, reply, call_index, key, aborted=aborted)
+            ready = self._answer(body, prompt_tokens, reply, call_index, key, aborted=aborted)
         served, response = ready
         self.served.append(served)
         await self._notify()
@@ -359,6 +414,7 @@ class ScriptedEngine:
     def _answer(
         self,
         body: dict[str, Any],
+        prompt_tokens: int,
         reply: ScriptedReply,
         call_index: int,
         key: str | None,
@@ -405,7 +461,7 @@ class ScriptedEngine:
         meta: dict[str, Any] = {
             "id": rid or f"scripted-{call_index}",
             "finish_reason": finish_reason,
-            "prompt_tokens": len(input_ids),
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": len(ids),
             "cached_tokens": 0,
             "weight_version": "scripted",
