@@ -129,6 +129,29 @@ async def test_a_submodules_future_goes_too(tmp_path):
         )
 
 
+async def test_a_submodule_with_its_own_git_dir_loses_its_future_too(tmp_path):
+    """A submodule whose repository sits in its own directory (not absorbed into
+    .git/modules, so found only through the index's gitlink) keeps its checked-out commit;
+    its later commit and branch go."""
+    sub_base, sub_future = two_commits(tmp_path / "repo" / "sub")
+    sh(tmp_path / "repo" / "sub", f"git update-ref refs/heads/next {sub_future}")
+    sh(tmp_path / "repo" / "sub", f"git reset -q --hard {sub_base}")
+    sh(
+        tmp_path / "repo",
+        "git init -q -b main . && echo top > top.txt && "
+        "git -c protocol.file.allow=always submodule add -q ./sub sub 2>/dev/null && "
+        "git add -A && git commit -qm top",
+    )
+    assert (tmp_path / "repo" / "sub" / ".git").is_dir()
+    assert "160000" in sh(tmp_path / "repo", "git ls-files --stage sub")
+    async with LocalSandbox(repo=str(tmp_path / "repo")) as box:
+        await prepare_workspace(box, Task(instance_id="sub-2", problem_statement="x"))
+        assert await run(box, "git -C sub rev-parse HEAD") == sub_base
+        assert await run(box, "git -C sub log --all --format=%s") == "base"
+        gone = await box.exec(f"git -C sub cat-file -e {sub_future}", user="agent")
+        assert gone.exit_code != 0
+
+
 async def test_a_repository_with_missing_objects_fails_loudly(tmp_path):
     """Objects that live only in an alternate store the sandbox cannot see cannot be kept:
     preparation fails with what happened instead of handing over a broken repository."""

@@ -103,8 +103,11 @@ if [ -z "$keep" ]; then keep=$(G rev-parse -q --verify 'HEAD^{commit}' || true);
 if [ -z "$keep" ] && G rev-parse -q --verify HEAD >/dev/null; then
   echo "HEAD names a commit the repository does not have" >&2; exit __REPACK_FAILED__
 fi
-subs=$({ G submodule foreach --quiet --recursive 'git rev-parse --absolute-git-dir' \
-  2>/dev/null || true; find "$gitdir/modules" -name HEAD -type f 2>/dev/null \
+# `submodule foreach` visits the index's gitlinks (a shell script forking ~100 processes
+# in some git versions): without a gitlink there is nothing for it to find.
+subs=$({ if G ls-files --stage 2>/dev/null | grep -q '^160000 '; then
+  G submodule foreach --quiet --recursive 'git rev-parse --absolute-git-dir' 2>/dev/null \
+  || true; fi; find "$gitdir/modules" -name HEAD -type f 2>/dev/null \
   | sed 's,/HEAD$,,'; } | sort -u)
 if [ -n "$keep" ]; then
   if [ "$keep" != "$(G rev-parse -q --verify HEAD || true)" ]; then echo AGENTRL_MOVED_HEAD; fi
