@@ -106,6 +106,15 @@ async def test_a_base_commit_that_is_not_an_id_is_refused(tmp_path):
             await scrub_history(box, "/workspace", base_commit="HEAD; touch /tmp/pwned")
 
 
+async def prepare_and_check_sub(box: LocalSandbox, key: str, base: str, future: str) -> None:
+    """Prepare the workspace; submodule ``sub`` is at ``base`` and ``future`` is gone."""
+    await prepare_workspace(box, Task(instance_id=key, problem_statement="x"))
+    assert await run(box, "git -C sub rev-parse HEAD") == base
+    assert await run(box, "git -C sub log --all --format=%s") == "base"
+    gone = await box.exec(f"git -C sub cat-file -e {future}", user="agent")
+    assert gone.exit_code != 0
+
+
 async def test_a_submodules_future_goes_too(tmp_path):
     """An absorbed submodule keeps its checked-out commit; its later commit and tag go."""
     sub_base, sub_future = two_commits(tmp_path / "sub")
@@ -119,11 +128,7 @@ async def test_a_submodules_future_goes_too(tmp_path):
         "git commit -qam 'add sub'",
     )
     async with LocalSandbox(repo=str(tmp_path / "repo")) as box:
-        await prepare_workspace(box, Task(instance_id="sub-1", problem_statement="x"))
-        assert await run(box, "git -C sub rev-parse HEAD") == sub_base
-        assert await run(box, "git -C sub log --all --format=%s") == "base"
-        gone = await box.exec(f"git -C sub cat-file -e {sub_future}", user="agent")
-        assert gone.exit_code != 0
+        await prepare_and_check_sub(box, "sub-1", sub_base, sub_future)
         assert await run(box, "git -C sub tag && git -C sub remote && git status --short") == (
             "?? PROBLEM_STATEMENT.md"
         )
@@ -145,11 +150,7 @@ async def test_a_submodule_with_its_own_git_dir_loses_its_future_too(tmp_path):
     assert (tmp_path / "repo" / "sub" / ".git").is_dir()
     assert "160000" in sh(tmp_path / "repo", "git ls-files --stage sub")
     async with LocalSandbox(repo=str(tmp_path / "repo")) as box:
-        await prepare_workspace(box, Task(instance_id="sub-2", problem_statement="x"))
-        assert await run(box, "git -C sub rev-parse HEAD") == sub_base
-        assert await run(box, "git -C sub log --all --format=%s") == "base"
-        gone = await box.exec(f"git -C sub cat-file -e {sub_future}", user="agent")
-        assert gone.exit_code != 0
+        await prepare_and_check_sub(box, "sub-2", sub_base, sub_future)
 
 
 async def test_a_repository_with_missing_objects_fails_loudly(tmp_path):
