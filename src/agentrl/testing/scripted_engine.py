@@ -41,19 +41,16 @@ answers at once with ``finish_reason`` ``abort`` and the tokens before the abort
 The health routes answer ``health_status`` (200 by default; SGLang answers 503 while it
 cannot serve) without touching the reply queues.
 
-With ``delay_from_arrival=True`` a reply's ``delay`` counts from the request's arrival, so
-the engine's own work (reading and checking the body, picking the reply) happens inside
-it, and so does making the answer (output ids, text, JSON), and a reply with ``delay=D``
-answers exactly ``D`` after arrival — a known, fixed
-engine time that a benchmark can subtract from its client's latency. ``engine.overruns``
-counts the replies whose own work took longer than their delay.
+With ``delay_from_arrival=True`` a reply's ``delay`` counts from the request's arrival and
+holds all of the engine's own work (reading and checking the body, picking and making the
+answer), so a reply with ``delay=D`` answers exactly ``D`` after arrival: a known engine
+time a benchmark can subtract from its client's latency. ``engine.overruns`` counts the
+replies whose own work took longer than their delay.
 
-With ``count_ids=True`` (a load generator sharing the cores with the middleware under test)
-a body whose ``input_ids`` are plain digits and commas is parsed without them: the ids are
-checked and counted on the raw bytes, not turned into 131k Python ints (~15 ms a 128k
-prompt here, most of a core at 85 requests a second). ``prompt_tokens`` is still the count;
-the recorded body holds ``input_ids: []`` and ``served`` records no input ids. Any other
-body is parsed whole, as always.
+With ``count_ids=True`` (for a load generator sharing cores with the middleware it
+measures) plain-digit ``input_ids`` are checked and counted on the raw bytes, not parsed
+into 131k Python ints (~15 ms a 128k prompt): the recorded body holds ``input_ids: []``,
+``served`` no input ids, ``prompt_tokens`` the count. Other bodies are parsed whole.
 """
 
 from __future__ import annotations
@@ -64,7 +61,6 @@ import contextlib
 import itertools
 import logging
 import time
-from array import array
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +68,7 @@ import attrs
 from aiohttp import web
 
 from agentrl import jsonio
+from agentrl.testing._sglang_wire import all_ints, counted_ids, error_response, generate_reply
 
 __all__ = [
     "RecordedRequest",
@@ -83,45 +80,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-_IDS_KEY = b'"input_ids":['
-_DIGITS = b"0123456789,"
-
-
-def _counted_ids(raw: bytes) -> tuple[dict[str, Any], int] | None:
-    """The body with ``input_ids`` left empty and how many ids it held, for a body whose one
-    ``input_ids`` array is plain digits and commas; None for anything else (parsed whole)."""
-    start = raw.find(_IDS_KEY)
-    if start < 0 or raw.find(_IDS_KEY, start + 1) >= 0:
-        return None
-    first = start + len(_IDS_KEY)
-    end = raw.find(b"]", first)
-    ids = raw[first:end]
-    if (
-        end < 0
-        or ids.translate(None, _DIGITS)
-        or b",," in ids
-        or ids[:1] == b","
-        or ids[-1:] == b","
-    ):
-        return None
-    try:
-        body = jsonio.loads(raw[:first] + raw[end:])
-    except ValueError:
-        return None
-    return body, ids.count(b",") + 1 if ids else 0
-
-
-def _all_ints(values: list[Any]) -> bool:
-    """Whether every value is an ``int`` (one C loop for a 128k prompt's ids)."""
-    try:
-        array("q", values)
-    except TypeError:
-        return False
-    except OverflowError:
-        return all(isinstance(value, int) for value in values)
-    return True
 
 
 #: How early a delay timed from arrival stops sleeping and yields until its deadline.
@@ -354,22 +312,22 @@ class ScriptedEngine:
     async def _generate(self, request: web.Request) -> web.Response:
         arrived = time.perf_counter()
         raw = await request.read()
-        counted = _counted_ids(raw) if self.count_ids else None
+        counted = counted_ids(raw) if self.count_ids else None
         try:
             body = jsonio.loads(raw) if counted is None else counted[0]
         except ValueError:
             await self._record(request, None)
-            return _error(400, "request body is not valid JSON")
+            return error_response(400, "request body is not valid JSON")
         await self._record(request, body)
         if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
+            return error_response(400, "request body must be a JSON object")
         input_ids = body.get("input_ids")
-        if not isinstance(input_ids, list) or not _all_ints(input_ids):
-            return _error(400, "input_ids must be a list of integers")
+        if not isinstance(input_ids, list) or not all_ints(input_ids):
+            return error_response(400, "input_ids must be a list of integers")
         prompt_tokens = len(input_ids) if counted is None else counted[1]
         sampling = body.get("sampling_params") or {}
         if not isinstance(sampling, dict):
-            return _error(400, "sampling_params must be an object")
+            return error_response(400, "sampling_params must be an object")
         rid = body.get("rid")
         call_index = next(self._calls)
         reply = self._next_reply(body, request.headers)
@@ -434,7 +392,7 @@ class ScriptedEngine:
                 finish_reason="error",
                 status=reply.status,
             )
-            return served, _error(reply.status, reply.error)
+            return served, error_response(reply.status, reply.error)
         ids, logprobs, finish = self._materialise(reply, call_index, sampling)
         if aborted:
             ids, logprobs, finish = [], [], "abort"
@@ -446,31 +404,22 @@ class ScriptedEngine:
             logprobs=tuple(logprobs),
             finish_reason=finish,
         )
-        finish_reason: dict[str, Any] = {"type": finish}
-        if finish == "stop" and ids and ids[-1] == self.eos_token_id:
-            finish_reason["matched"] = self.eos_token_id
-        elif finish == "length":
-            finish_reason["length"] = len(ids)
-        elif finish == "abort":
-            finish_reason["message"] = "Abort request received."
         text = ""
         if self.tokenizer is not None and ids:
             text = self.tokenizer.decode(
                 ids, skip_special_tokens=bool(sampling.get("skip_special_tokens", True))
             )
-        meta: dict[str, Any] = {
-            "id": rid or f"scripted-{call_index}",
-            "finish_reason": finish_reason,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(ids),
-            "cached_tokens": 0,
-            "weight_version": "scripted",
-        }
-        if body.get("return_logprob"):
-            meta["output_token_logprobs"] = [
-                [lp, tid, None] for lp, tid in zip(logprobs, ids, strict=True)
-            ]
-        response = web.json_response({"text": text, "output_ids": ids, "meta_info": meta})
+        reply_body = generate_reply(
+            rid or f"scripted-{call_index}",
+            ids,
+            logprobs,
+            finish,
+            text=text,
+            prompt_tokens=prompt_tokens,
+            eos_token_id=self.eos_token_id,
+            with_logprobs=bool(body.get("return_logprob")),
+        )
+        response = web.json_response(reply_body)
         return served, response
 
     def _materialise(
@@ -524,13 +473,6 @@ class ScriptedEngine:
         return web.json_response(
             {"model_path": name, "tokenizer_path": name, "is_generation": True}
         )
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response(
-        {"error": {"message": message, "code": status}, "object": "error", "message": message},
-        status=status,
-    )
 
 
 @contextlib.asynccontextmanager
