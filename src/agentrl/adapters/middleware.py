@@ -390,7 +390,7 @@ class Middleware:
         def translate() -> ChatRequest:
             return adapter.parse_request(decode_json(raw), headers)
 
-        return await self.turns.offloader.run(session, translate)
+        return await self.turns.offloader.run(session, translate, body_bytes=len(raw))
 
     async def _count(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         session = self._sessions.authenticate(request.headers)
@@ -415,7 +415,9 @@ class Middleware:
                     )
                 )
 
-        return json_reply(adapter.count_reply(await self.turns.offloader.run(session, count)))
+        size = request.content_length
+        answer = await self.turns.offloader.run(session, count, body_bytes=size)
+        return json_reply(adapter.count_reply(answer))
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()

@@ -267,7 +267,9 @@ class Turn:
 
         Rendering runs in the pipeline's :attr:`~TurnPipeline.offloader` pool.
         """
-        prompt = await self.pipeline.offloader.run(self.session, self.render)
+        prompt = await self.pipeline.offloader.run(
+            self.session, self.render, body_bytes=request.content_length
+        )
         generation = await self.generate(prompt)
         turn = self.parse(prompt, generation)
         response, recorded = await self.reply(request, turn)
