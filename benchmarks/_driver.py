@@ -103,7 +103,7 @@ def responder_for(
     """A scripted-engine responder: each session's turn k calls the tool on module k.
 
     With ``tokenizer``, each turn's text is tokenized once and its ids reused (what the
-    engine would tokenize each time), so 256 sessions do not tokenize the same 18 texts
+    engine would tokenize each time), so 256 sessions do not tokenize the same few texts
     thousands of times in the load generator's process.
     """
     from agentrl.testing.scripted_engine import ScriptedReply

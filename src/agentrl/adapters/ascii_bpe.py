@@ -140,14 +140,13 @@ def _byte_level_table() -> dict[int, str]:
 class AsciiBPE:
     """One byte-level BPE tokenizer's ids for ASCII text (see the module docstring)."""
 
-    def __init__(self, backend: Any, added: dict[str, int], pattern: str, isolated: bool) -> None:
+    def __init__(self, backend: Any, added: dict[str, int], pattern: str) -> None:
         self.backend = backend
         self._model = backend.model
         self._added = added
         ordered = sorted(added, key=len, reverse=True)
         self._added_pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
         self._split = re.compile(pattern)
-        self._isolated = isolated
         self._table = _byte_level_table()
         self._words: dict[str, bytes] = {}
         self._calls = 0
@@ -162,10 +161,10 @@ class AsciiBPE:
         why = None
         try:
             encoder = cls._build(backend)
+        except _NotReproduced as exc:
+            encoder, why = None, str(exc)
         except Exception as exc:  # a backend of an unexpected shape: the tokenizer serves
             encoder, why = None, f"{type(exc).__name__}: {exc}"
-        if isinstance(encoder, str):
-            encoder, why = None, encoder
         if encoder is not None and not encoder._passes_probes():
             encoder, why = None, "its ids differ from the tokenizer's on the probe texts"
         if encoder is None:
@@ -173,32 +172,33 @@ class AsciiBPE:
         return encoder
 
     @classmethod
-    def _build(cls, backend: Any) -> AsciiBPE | str:
+    def _build(cls, backend: Any) -> AsciiBPE:
+        """The encoder; :class:`_NotReproduced` saying why when the pipeline is not one
+        this module reproduces."""
         model = backend.model
         if type(model).__name__ != "BPE":
-            return f"the model is {type(model).__name__}, not BPE"
+            raise _NotReproduced(f"the model is {type(model).__name__}, not BPE")
         if model.dropout or model.byte_fallback or model.continuing_subword_prefix:
-            return "the BPE uses dropout, byte fallback or a subword prefix"
+            raise _NotReproduced("the BPE uses dropout, byte fallback or a subword prefix")
         if model.end_of_word_suffix:
-            return "the BPE uses an end-of-word suffix"
+            raise _NotReproduced("the BPE uses an end-of-word suffix")
         if getattr(backend, "encode_special_tokens", False):
-            return "special tokens are encoded as text"
+            raise _NotReproduced("special tokens are encoded as text")
         normalizer = _state(backend.normalizer)
         if not _ascii_identity(normalizer):
-            return f"normalizer {normalizer.get('type')!r} may change ASCII text"
-        split = _split_of(_state(backend.pre_tokenizer))
-        if isinstance(split, str):
-            return split
-        pattern, isolated = split
+            raise _NotReproduced(f"normalizer {normalizer.get('type')!r} may change ASCII text")
+        pattern = _split_pattern(_state(backend.pre_tokenizer))
         translated = translate_pattern(pattern)
         if translated is None:
-            return f"pre-tokenizer pattern {pattern!r} is not one it translates"
+            raise _NotReproduced(f"pre-tokenizer pattern {pattern!r} is not one it translates")
         added = {}
         for token_id, token in backend.get_added_tokens_decoder().items():
             if token.lstrip or token.rstrip or token.single_word or token.normalized:
-                return f"added token {token.content!r} is stripped, single-word or normalized"
+                raise _NotReproduced(
+                    f"added token {token.content!r} is stripped, single-word or normalized"
+                )
             added[token.content] = int(token_id)
-        return cls(backend, added, translated, isolated)
+        return cls(backend, added, translated)
 
     def _passes_probes(self) -> bool:
         probes = [*_PROBES, "".join(f"a {content}b\n" for content in self._added)]
@@ -259,7 +259,7 @@ class AsciiBPE:
         words = self._split.findall(text)
         if not all(words):
             return False  # an empty match: the tokenizer's handling is not reproduced
-        if self._isolated and sum(map(len, words)) != len(text):
+        if sum(map(len, words)) != len(text):
             words = self._with_gaps(text)
         found = list(map(self._words.get, words))  # one C loop when every word is cached
         if None in found:
@@ -272,7 +272,8 @@ class AsciiBPE:
         return True
 
     def _with_gaps(self, text: str) -> list[str]:
-        """The pieces of an ``Isolated`` split: the matches and the text between them."""
+        """The pieces of an ``Isolated`` split where the matches leave gaps: the matches and
+        the text between them."""
         pieces, start = [], 0
         for match in self._split.finditer(text):
             if match.start() > start:
@@ -312,24 +313,30 @@ def _ascii_identity(normalizer: dict[str, Any]) -> bool:
     return kind in _ASCII_IDENTITY_NORMALIZERS
 
 
-def _split_of(pre_tokenizer: dict[str, Any]) -> tuple[str, bool] | str:
-    """(regex, isolated) for a byte-level pre-tokenizer this module reproduces, else why not."""
+class _NotReproduced(ValueError):
+    """The tokenizer's pipeline is not one this module reproduces exactly (the message says
+    why)."""
+
+
+def _split_pattern(pre_tokenizer: dict[str, Any]) -> str:
+    """The regex of a byte-level pre-tokenizer that splits it ``Isolated`` (matches and the
+    text between them are pieces); :class:`_NotReproduced` for any other pre-tokenizer."""
     kind = pre_tokenizer.get("type")
     if kind == "ByteLevel":
         if pre_tokenizer.get("add_prefix_space") or not pre_tokenizer.get("use_regex", True):
-            return "a ByteLevel pre-tokenizer that adds a prefix space or does not split"
-        return GPT2_PATTERN, True
+            raise _NotReproduced(
+                "a ByteLevel pre-tokenizer that adds a prefix space or does not split"
+            )
+        return GPT2_PATTERN
     if kind != "Sequence":
-        return f"pre-tokenizer {kind!r} is not a byte-level split"
+        raise _NotReproduced(f"pre-tokenizer {kind!r} is not a byte-level split")
     parts = pre_tokenizer.get("pretokenizers", [])
-    if len(parts) != 2:
-        return "a pre-tokenizer sequence other than Split then ByteLevel"
+    if len(parts) != 2 or [p.get("type") for p in parts] != ["Split", "ByteLevel"]:
+        raise _NotReproduced("a pre-tokenizer sequence other than Split then ByteLevel")
     split, level = parts
-    if split.get("type") != "Split" or level.get("type") != "ByteLevel":
-        return "a pre-tokenizer sequence other than Split then ByteLevel"
     if level.get("add_prefix_space") or level.get("use_regex"):
-        return "a ByteLevel step that adds a prefix space or splits again"
+        raise _NotReproduced("a ByteLevel step that adds a prefix space or splits again")
     pattern = split.get("pattern", {}).get("Regex")
     if pattern is None or split.get("invert") or split.get("behavior") != "Isolated":
-        return "a Split that is not an isolated regex split"
-    return pattern, True
+        raise _NotReproduced("a Split that is not an isolated regex split")
+    return pattern
