@@ -122,18 +122,26 @@ class Task:
 class Grade:
     """What a grader concluded about one diff.
 
-    ``error`` is set when the grader itself could not run (sandbox failure, timeout,
-    missing package): such a grade must never be read as a policy failure.
+    ``solved`` (every required test passed) and ``reward`` (what the policy is paid) are
+    separate, so a grader may shape rewards; outcomes, pass@k and solve rates read
+    ``solved``. Neither has a default: the grader states both. ``error`` is set when the
+    grader itself could not run (sandbox failure, missing package): such a grade must never
+    be read as a policy failure. ``suspicious`` holds the diff lines that only a reward
+    hack needs (the edit guard's findings); a grade with any is never solved.
     """
 
     reward: float
+    solved: bool
     applied_cleanly: bool = True
     error: str | None = None
     details: dict[str, Any] = attrs.field(factory=dict, converter=_freeze_mapping)
+    suspicious: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
-    @property
-    def solved(self) -> bool:
-        return self.error is None and self.reward >= 1.0
+    def __attrs_post_init__(self) -> None:
+        if self.solved and (self.error is not None or self.suspicious):
+            raise ValueError(
+                "Grade.solved must be False when the grade has an error or suspicious edits"
+            )
 
 
 class Outcome(str, enum.Enum):
@@ -146,6 +154,8 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     INFRA_ERROR = "infra_error"
     GRADER_ERROR = "grader_error"
+    #: The diff holds what only a reward hack needs (the edit guard): reward 0, it trains.
+    REWARD_HACK_SUSPECTED = "reward_hack_suspected"
 
     @property
     def trainable(self) -> bool:

@@ -93,7 +93,7 @@ async def test_finished_session_returns_samples_then_refuses_with_403(
     status, text = await post(http, middleware, "/v1/messages", HELLO, bearer(token))
     assert status == 403
     assert "closed" in json.loads(text)["error"]["message"]
-    assert await middleware.finish_session("done") == []
+    assert await middleware.finish_session("done", reward=0.0) == []
     await middleware.drop_session("done")  # idempotent
 
 
@@ -266,7 +266,7 @@ async def test_session_keeps_each_recorded_turns_facts_after_it_closes(
     ]
     assert statuses == [200, 502, 200]
     first, aborted = (g for g in scripted_engine.served if g.finish_reason != "error")
-    await middleware.finish_session("facts")
+    await middleware.finish_session("facts", reward=0.0)
 
     assert session.turn_facts == [
         TurnFact(

@@ -127,9 +127,9 @@ async def test_a_killed_worker_fails_its_sessions_and_spares_the_others(sharded)
         assert time.monotonic() - started < 2
         await conversation(http, sm.url, tokens["y"], "y", turns=1)
     with pytest.raises(WorkerDiedError):
-        await sm.finish_session("x")
+        await sm.finish_session("x", reward=0.0)
     await sm.drop_session("x")
-    assert await sm.finish_session("y")
+    assert await sm.finish_session("y", reward=0.0)
     for index in range(3):  # new sessions go to the live worker only
         sm.open_session(f"new{index}")
         assert sm.session(f"new{index}").worker == survivor.worker

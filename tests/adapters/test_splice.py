@@ -149,7 +149,7 @@ async def test_tool_result_turns_splice_the_tool_response(
         reply = await chat(http, middleware, token, messages, TOOLS)
         call = reply["tool_calls"][0]
         messages += [reply, {"role": "tool", "tool_call_id": call["id"], "content": f"out {turn}"}]
-    samples = await middleware.finish_session("tools")
+    samples = await middleware.finish_session("tools", reward=0.0)
     served = scripted_engine.served
     for turn in (1, 2):
         delta = (
@@ -182,7 +182,7 @@ async def test_an_output_without_its_end_token_gets_the_templates_end_token(
     messages += [{"role": "user", "content": "again"}]
     scripted_engine.queue("Done.")
     await chat(http, middleware, token, messages)
-    samples = await middleware.finish_session("cut")
+    samples = await middleware.finish_session("cut", reward=0.0)
     first, second = scripted_engine.served
     assert first.output_ids[-1] != qwen_tokenizer.eos_token_id
     delta = "<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
@@ -204,7 +204,7 @@ async def test_changed_tools_fall_back_to_a_full_render_counted_with_its_reason(
     scripted_engine.queue("More.")
     other = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "a shell"}}]
     await chat(http, middleware, token, messages, other)
-    samples = await middleware.finish_session("retool")
+    samples = await middleware.finish_session("retool", reward=0.0)
     assert middleware.splice_stats == {"new_chain": 1, "tools_changed": 1}
     assert list(scripted_engine.served[1].input_ids) == template_ids(
         qwen_tokenizer, messages, other
@@ -236,7 +236,7 @@ async def test_a_rewritten_message_no_wire_id_maps_falls_back(
         messages = [messages[0], {"role": "user", "content": "hello"}]
     scripted_engine.queue("Fine.")
     await chat(http, middleware, token, [*messages, reply, {"role": "user", "content": "and?"}])
-    samples = await middleware.finish_session("rewrite")
+    samples = await middleware.finish_session("rewrite", reward=0.0)
     assert middleware.splice_stats == {"new_chain": 1, reason: 1}
     assert turn_metadata(samples)[1]["splice_fallback"] == reason
 
@@ -254,7 +254,7 @@ async def test_a_chain_resumes_splicing_after_a_sub_agent(
     parent += [{"role": "user", "content": "go on"}]
     scripted_engine.queue("Finished.")
     await chat(http, middleware, token, parent)
-    samples = await middleware.finish_session("parent")
+    samples = await middleware.finish_session("parent", reward=0.0)
     first, _, third = scripted_engine.served
     assert third.input_ids[: len(first.input_ids) + len(first.output_ids)] == (
         first.input_ids + first.output_ids
@@ -377,7 +377,7 @@ async def test_claude_code_thinking_tool_use_and_reordered_inputs_all_train(
                 ],
             },
         ]
-    samples = await middleware.finish_session("claude")
+    samples = await middleware.finish_session("claude", reward=0.0)
     assert middleware.splice_stats == {"new_chain": 1, "spliced": 2}
     assert len(samples) == 1
     assert sum(samples[0].loss_mask) == sampled_tokens(scripted_engine)
@@ -434,7 +434,7 @@ def test_property_a_spliced_session_trains_every_sampled_token_once_in_one_sampl
             messages.append({"role": "tool", "content": f"out {index}"})
         if "user" in follow:
             messages.append({"role": "user", "content": f"more {index}"})
-    (sample,) = manager.get_trajectory("s")
+    (sample,) = manager.get_trajectory("s", reward=1.0)
     assert sum(sample.loss_mask) == sampled
     assert sample.tokens == tuple(prompt_ids) + tuple(output)
 

@@ -26,7 +26,7 @@ async def test_two_tokens_in_one_request_are_read_as_the_middleware_reads_them(
         try:
             tokens = {sid: sm.open_session(sid) for sid in ("closed", "a", "b")}
             assert len({sm.session(s).worker for s in ("a", "b")}) == 2
-            await sm.finish_session("closed")
+            await sm.finish_session("closed", reward=0.0)
             body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
             cases = [
                 ({"Authorization": f"Bearer {tokens['closed']}", "x-api-key": tokens["a"]}, "a"),

@@ -135,7 +135,8 @@ def _row() -> TaskRow:
 async def test_flaky_grading_is_broken():
     """A gold patch that solves one run of two makes the task flaky, hence broken."""
     grader = ScriptedGrader(
-        gold=[Grade(reward=1.0), Grade(reward=0.0)], empty=[Grade(reward=0.0)] * 2
+        gold=[Grade(reward=1.0, solved=True), Grade(reward=0.0, solved=False)],
+        empty=[Grade(reward=0.0, solved=False)] * 2,
     )
     result = await check_task(_row(), grader, sandbox_factory=None, runs=2)
     assert result.broken
@@ -146,16 +147,20 @@ async def test_flaky_grading_is_broken():
 async def test_grader_errors_and_unapplied_gold_are_broken():
     """A grader error or a gold patch that does not apply is reported as such."""
     errors = ScriptedGrader(
-        gold=[Grade(reward=0.0, error="sandbox died")], empty=[Grade(reward=0.0)]
+        gold=[Grade(reward=0.0, solved=False, error="sandbox died")],
+        empty=[Grade(reward=0.0, solved=False)],
     )
     result = await check_task(_row(), errors, sandbox_factory=None, runs=1)
     assert result.reasons == ("grader error on the gold patch: sandbox died",)
     unapplied = ScriptedGrader(
-        gold=[Grade(reward=0.0, applied_cleanly=False)], empty=[Grade(reward=0.0)]
+        gold=[Grade(reward=0.0, solved=False, applied_cleanly=False)],
+        empty=[Grade(reward=0.0, solved=False)],
     )
     result = await check_task(_row(), unapplied, sandbox_factory=None, runs=1)
     assert result.reasons == ("the gold patch does not apply",)
-    healthy = ScriptedGrader(gold=[Grade(reward=1.0)], empty=[Grade(reward=0.0)])
+    healthy = ScriptedGrader(
+        gold=[Grade(reward=1.0, solved=True)], empty=[Grade(reward=0.0, solved=False)]
+    )
     result = await check_task(_row(), healthy, sandbox_factory=None, runs=1)
     assert result.status == "ok" and result.reasons == ()
 
@@ -244,7 +249,9 @@ def test_grader_output_decides_ran_or_could_not_run():
     counting passed or failed tests means they ran, whatever the failures say."""
 
     def grade(exit_code, tail):
-        return Grade(reward=0.0, details={"exit_code": exit_code, "output_tail": tail})
+        return Grade(
+            reward=0.0, solved=False, details={"exit_code": exit_code, "output_tail": tail}
+        )
 
     assert why_tests_did_not_run(grade(1, "== 1 failed, 3 passed in 0.2s ==")) is None
     ran = "E   ModuleNotFoundError: No module named 'foo'\n1 failed in 0.1s\n"
@@ -262,7 +269,9 @@ def test_grader_output_decides_ran_or_could_not_run():
         "the tests could not be collected, none ran: === no tests ran in 0.01s ==="
     )
     swebench = Grade(
-        reward=0.0, details={"eval_exit_code": 0, "log_tail": "No module named pytest"}
+        reward=0.0,
+        solved=False,
+        details={"eval_exit_code": 0, "log_tail": "No module named pytest"},
     )
     assert "pytest is missing" in why_tests_did_not_run(swebench)
 
@@ -270,14 +279,20 @@ def test_grader_output_decides_ran_or_could_not_run():
 async def test_broken_task_keeps_the_failing_grades_output_tail():
     """The output tail of the grade that broke the task is kept (and serialized); a healthy
     task keeps none."""
-    failing = Grade(reward=0.0, details={"exit_code": 1, "output_tail": "AssertionError\n1 failed"})
-    grader = ScriptedGrader(gold=[failing], empty=[Grade(reward=0.0)])
+    failing = Grade(
+        reward=0.0,
+        solved=False,
+        details={"exit_code": 1, "output_tail": "AssertionError\n1 failed"},
+    )
+    grader = ScriptedGrader(gold=[failing], empty=[Grade(reward=0.0, solved=False)])
     result = await check_task(_row(), grader, sandbox_factory=None, runs=1)
     assert result.reasons == (
         "the gold patch does not solve the task: the tests ran and failed (exit 1)",
     )
     assert result.to_dict()["output_tail"] == "AssertionError\n1 failed"
-    healthy = ScriptedGrader(gold=[Grade(reward=1.0)], empty=[Grade(reward=0.0)])
+    healthy = ScriptedGrader(
+        gold=[Grade(reward=1.0, solved=True)], empty=[Grade(reward=0.0, solved=False)]
+    )
     result = await check_task(_row(), healthy, sandbox_factory=None, runs=1)
     assert result.to_dict()["output_tail"] is None
 
@@ -299,7 +314,7 @@ class NoOptionsGrader(Grader):
         )
 
     async def grade(self, task, diff, sandbox_factory):
-        return Grade(reward=1.0 if diff else 0.0)
+        return Grade(reward=1.0 if diff else 0.0, solved=bool(diff))
 
 
 class NoTimeoutGrader(NoOptionsGrader):

@@ -101,7 +101,7 @@ class PluginRowGrader(Grader):
         return Task(instance_id=row.get("plugin_task", "x"), problem_statement="", grader=self.name)
 
     async def grade(self, task, diff, sandbox_factory):
-        return Grade(reward=0.0)
+        return Grade(reward=0.0, solved=False)
 
 
 @pytest.fixture

@@ -119,7 +119,7 @@ class PipelineGrader(Grader):
         raise NotImplementedError
 
     async def evaluate(self, sandbox, task, diff, details):
-        return Grade(reward=1.0, details=details)
+        return Grade(reward=1.0, solved=True, details=details)
 
 
 class OwnGradeGrader(PipelineGrader):
@@ -128,7 +128,7 @@ class OwnGradeGrader(PipelineGrader):
     name = "own-grade"
 
     async def grade(self, task, diff, sandbox_factory):
-        return Grade(reward=0.5)
+        return Grade(reward=0.5, solved=False)
 
 
 async def test_a_failed_boot_is_retried_with_a_new_sandbox():

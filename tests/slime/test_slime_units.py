@@ -306,7 +306,7 @@ class _Result:
     session_id: str = "sid"
     outcome: Outcome = Outcome.SOLVED
     reward: float = 1.0
-    grade: Grade | None = dataclasses.field(default_factory=lambda: Grade(reward=1.0))
+    grade: Grade | None = dataclasses.field(default_factory=lambda: Grade(reward=1.0, solved=True))
     agent_exit_code: int | None = 0
     turns: int = 3
     sampled_tokens: int = 12

@@ -203,7 +203,9 @@ def crafted_session(tokenizer: Any) -> CraftedResult:
         turn_facts=tuple(s.facts),
         diff="diff --git a/w.py b/w.py\n-    a.split(' ')\n+    a.split()\n",
         agent_log='{"type":"result","result":"The bug is fixed."}\n',
-        grade=Grade(reward=1.0, applied_cleanly=True, details={"passed": 3, "failed": 0}),
+        grade=Grade(
+            reward=1.0, solved=True, applied_cleanly=True, details={"passed": 3, "failed": 0}
+        ),
         timings={
             "boot": 1.0,
             "prepare": 0.5,

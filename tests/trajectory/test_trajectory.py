@@ -107,7 +107,7 @@ class Driver:
         return prompt, output
 
     def samples(self, **kwargs) -> list[TrainingSample]:
-        samples = self.tm.get_trajectory(self.sid, **kwargs)
+        samples = self.tm.get_trajectory(self.sid, **{"reward": 1.0, **kwargs})
         check_invariants(samples, self.outputs)
         return samples
 
@@ -395,8 +395,8 @@ def test_get_trajectory_consumes_session():
     """2.12: get_trajectory consumes the session; a second call returns []."""
     d = Driver()
     d.turn([S(), U()], "a")
-    assert len(d.tm.get_trajectory("s")) == 1
-    assert d.tm.get_trajectory("s") == [] and not d.tm.has_session("s")
+    assert len(d.tm.get_trajectory("s", reward=1.0)) == 1
+    assert d.tm.get_trajectory("s", reward=1.0) == [] and not d.tm.has_session("s")
     assert d.tm.session_stats("s") is None and d.tm.turn_count("s") == 0
 
 
@@ -534,7 +534,7 @@ def test_defaults_need_no_base_sample():
     """4.4: get_trajectory needs only the session id; reward defaults to 1.0."""
     d = Driver()
     d.turn([S(), U()], "a")
-    (sample,) = d.tm.get_trajectory("s")
+    (sample,) = d.tm.get_trajectory("s", reward=1.0)
     assert sample.reward == 1.0 and sample.metadata["segment"] == 0
 
 
@@ -596,13 +596,13 @@ def test_bad_messages_and_options_raise():
     with pytest.raises(ValueError, match="fork_threshold_tokens must be an integer >= 0"):
         TrajectoryManager(fork_threshold_tokens=-1)
     with pytest.raises(ValueError, match="max_sample_tokens must be an integer >= 0"):
-        tm.get_trajectory("s", max_sample_tokens=-5)
+        tm.get_trajectory("s", reward=1.0, max_sample_tokens=-5)
 
 
 def test_unknown_session():
     """An unknown session id yields [] and dropping it is a no-op."""
     tm = TrajectoryManager()
-    assert tm.get_trajectory("nope") == []
+    assert tm.get_trajectory("nope", reward=1.0) == []
     tm.drop_session("nope")
     tm.drop_session("nope")
     assert not tm.has_session("nope") and tm.turn_count("nope") == 0
@@ -613,7 +613,7 @@ def test_drop_session_releases_everything():
     d = Driver()
     d.turn([S(), U()], "a")
     d.tm.drop_session("s")
-    assert not d.tm.has_session("s") and d.tm.get_trajectory("s") == []
+    assert not d.tm.has_session("s") and d.tm.get_trajectory("s", reward=1.0) == []
 
 
 def test_training_sample_rejects_inconsistent_sizes():
@@ -648,12 +648,12 @@ def test_truncation_keeps_head_and_drops_empty_responses():
     d = Driver()
     p1, o1 = d.turn([S(), U("a long first question here")], "ok fine")
     d.turn([S(), U("short")], "b")
-    s1, s2 = d.tm.get_trajectory("s", max_sample_tokens=len(p1) + 1)
+    s1, s2 = d.tm.get_trajectory("s", reward=1.0, max_sample_tokens=len(p1) + 1)
     assert s1.tokens == tuple(p1 + o1[:1]) and s1.metadata["tokens_cut"] == len(o1) - 1
     assert s1.metadata["truncated"] is True and s2.metadata["truncated"] is False
     d2 = Driver()
     p, _ = d2.turn([S(), U()], "x y")
-    assert d2.tm.get_trajectory("s", max_sample_tokens=len(p)) == []
+    assert d2.tm.get_trajectory("s", reward=1.0, max_sample_tokens=len(p)) == []
 
 
 def test_realigned_shared_turn_trains_in_next_leaf():
@@ -673,7 +673,9 @@ def test_finish_length_marks_truncated_and_metadata_is_merged():
     """A last trained turn ending by length sets truncated; caller metadata is copied in."""
     d = Driver()
     d.turn([S(), U()], "cut off", finish="length", metadata={"tool_use_ids": ["toolu_1"]})
-    (sample,) = d.tm.get_trajectory("s", metadata={"instance_id": "x-1", "leaf": "mine"})
+    (sample,) = d.tm.get_trajectory(
+        "s", reward=1.0, metadata={"instance_id": "x-1", "leaf": "mine"}
+    )
     assert sample.metadata["truncated"] is True
     assert sample.metadata["instance_id"] == "x-1"
     assert sample.metadata["leaf"] == 1  # the manager's provenance wins
@@ -684,7 +686,7 @@ def test_ill_formed_flag_propagates():
     """A turn marked ill_formed marks the samples holding it."""
     tm = TrajectoryManager()
     tm.record_turn("s", TurnRecord([1], [2], [-0.5], "stop", True), prompt_messages=[U()])
-    (sample,) = tm.get_trajectory("s")
+    (sample,) = tm.get_trajectory("s", reward=1.0)
     assert sample.metadata["ill_formed"] is True
 
 
@@ -731,7 +733,7 @@ def test_concurrent_sessions_from_threads():
         thread.join()
     assert not errors
     for n in range(6):
-        (sample,) = tm.get_trajectory(f"w{n}")
+        (sample,) = tm.get_trajectory(f"w{n}", reward=1.0)
         assert sample.metadata["trained_turns"] == tuple(range(1, 31))
 
 
@@ -809,7 +811,7 @@ def test_memory_is_released_after_get_trajectory():
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     _long_session(tm, "s", turns=20, step=500)
-    samples = tm.get_trajectory("s")
+    samples = tm.get_trajectory("s", reward=1.0)
     assert len(samples) == 1
     del samples
     gc.collect()
@@ -841,7 +843,7 @@ def test_messages_seen_last_turn_are_not_keyed_again(monkeypatch):
         assert len(keyed) == (3 if i == 0 else 2)  # first: S, U, A; then: T and A
         keyed.clear()
         history = [*history, response, T(f"t{i}")]
-    (sample,) = tm.get_trajectory("s")
+    (sample,) = tm.get_trajectory("s", reward=1.0)
     assert sample.metadata["trained_turns"] == (1, 2, 3, 4, 5)
 
 
@@ -863,7 +865,7 @@ def test_one_cached_sequence_per_chain():
     assert tm._sessions["s"].store.cached_turns == [4, 5]
     tm.record_turn("s", TurnRecord(render(history), reply("r4")), prompt_messages=history)
     assert tm._sessions["s"].store.cached_turns == [5, 6]
-    samples = tm.get_trajectory("s")
+    samples = tm.get_trajectory("s", reward=1.0)
     assert sorted(s.metadata["trained_turns"] for s in samples) == [(1, 2, 3, 4, 6), (5,)]
 
 

@@ -267,7 +267,7 @@ def check_released(manager: TrajectoryManager, sid: str) -> None:
     assert not manager.has_session(sid)
     assert manager.turn_count(sid) == 0
     assert manager.session_stats(sid) is None
-    assert manager.get_trajectory(sid) == []
+    assert manager.get_trajectory(sid, reward=1.0) == []
     assert sid not in manager._sessions
 
 
@@ -291,7 +291,7 @@ def test_linear_sessions_give_one_sample_of_all_outputs(session, threshold):
     """Invariant 4: a linear, drift-free session gives one sample training every output."""
     manager = TrajectoryManager(fork_threshold_tokens=threshold)
     record(manager, "s", session)
-    (sample,) = manager.get_trajectory("s")
+    (sample,) = manager.get_trajectory("s", reward=1.0)
     check_tito([sample], session)
     trained = [
         t
@@ -313,7 +313,7 @@ def test_rerendered_latest_response_is_realigned(session, threshold):
     """
     manager = TrajectoryManager(fork_threshold_tokens=threshold)
     record(manager, "s", session)
-    samples = manager.get_trajectory("s")
+    samples = manager.get_trajectory("s", reward=1.0)
     check_tito(samples, session)
     if threshold == 0:
         assert len(samples) == len(session.rerendered) + 1
@@ -338,7 +338,7 @@ def test_truncation_keeps_invariants(session, threshold, data):
     limit = data.draw(st.integers(1, longest + 2), label="max_sample_tokens")
     manager = TrajectoryManager(fork_threshold_tokens=threshold)
     record(manager, "s", session)
-    samples = manager.get_trajectory("s", max_sample_tokens=limit)
+    samples = manager.get_trajectory("s", reward=1.0, max_sample_tokens=limit)
     check_tito(samples, session, limit)
     event("cut" if any(s.metadata["tokens_cut"] for s in samples) else "not cut")
     for sample in samples:
@@ -356,7 +356,7 @@ def test_drop_session_releases_everything(session):
     manager.drop_session("gone")
     check_released(manager, "gone")
     assert manager.turn_count("kept") == len(session.turns)
-    check_tito(manager.get_trajectory("kept"), session)
+    check_tito(manager.get_trajectory("kept", reward=1.0), session)
     check_released(manager, "kept")
 
 
@@ -395,7 +395,7 @@ def _record_both(cached, reference, turns) -> None:
 def _assert_same(cached, reference) -> None:
     assert _tree_shape(cached, "s") == _tree_shape(reference, "s")
     assert cached.session_stats("s") == reference.session_stats("s")
-    assert cached.get_trajectory("s") == reference.get_trajectory("s")
+    assert cached.get_trajectory("s", reward=1.0) == reference.get_trajectory("s", reward=1.0)
 
 
 @PROFILE

@@ -298,7 +298,7 @@ class ShardedMiddleware:
         self,
         sid: str,
         *,
-        reward: float = 0.0,
+        reward: float,
         metadata: Mapping[str, Any] | None = None,
         wait_timeout: float = 30.0,
         max_sample_tokens: int | None = None,

@@ -96,13 +96,14 @@ def sandbox_source_problem(task: Task, image_field: str) -> str | None:
 
 def cannot_grade(reason: str) -> Grade:
     """The grade of a task :meth:`Grader.check` turned down: nothing was applied or run."""
-    return Grade(reward=0.0, applied_cleanly=False, error=f"cannot grade: {reason}")
+    return Grade(reward=0.0, solved=False, applied_cleanly=False, error=f"cannot grade: {reason}")
 
 
 def grader_failed(exc: BaseException) -> Grade:
     """The grade when grading itself broke (sandbox, upload, spec), not the agent's diff."""
     return Grade(
         reward=0.0,
+        solved=False,
         applied_cleanly=False,
         error=f"grader failed: {type(exc).__name__}: {exc}",
     )
@@ -112,6 +113,7 @@ def grading_timed_out(timeout: float, details: dict[str, Any]) -> Grade:
     """The grade when the tests ran past the ``timeout`` seconds budget."""
     return Grade(
         reward=0.0,
+        solved=False,
         error=f"grading timed out after {timeout:g}s (raise AGENTRL_GRADE_TIMEOUT)",
         details=details,
     )
@@ -279,7 +281,7 @@ class Grader(abc.ABC):
                     details["restored_test_files"] = list(patch.restored)
                 if not patch.applied:
                     details["apply_log"] = patch.log[-self.log_tail :]
-                    return Grade(reward=0.0, applied_cleanly=False, details=details)
+                    return Grade(reward=0.0, solved=False, applied_cleanly=False, details=details)
                 return await self._evaluate_in_budget(sandbox, task, diff, details)
         except asyncio.CancelledError:
             raise

@@ -287,7 +287,11 @@ class ScaleSWEGrader(Grader):
         details["output_tail"] = _tail(result.stdout + result.stderr)
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
             return grading_timed_out(self.timeout, details)
-        return Grade(reward=1.0 if result.exit_code == 0 else 0.0, details=details)
+        return Grade(
+            reward=1.0 if result.exit_code == 0 else 0.0,
+            solved=result.exit_code == 0,
+            details=details,
+        )
 
     async def _upload_swepro(self, sandbox: Sandbox, swepro: Mapping[str, Any]) -> None:
         await sandbox.exec(f"mkdir -p {GRADE_DIR}/swepro", user=self.user, check=True)
@@ -326,6 +330,7 @@ class ScaleSWEGrader(Grader):
             details["output_tail"] = await self._swepro_stdout_tail(sandbox)
             return Grade(
                 reward=0.0,
+                solved=False,
                 error=(
                     f"the swepro parser produced no readable result.json "
                     f"(exit {parsed.exit_code}: {type(exc).__name__}); {parsed.stderr[-500:]}"
@@ -340,7 +345,7 @@ class ScaleSWEGrader(Grader):
             details["output_tail"] = await self._swepro_stdout_tail(sandbox)
         required = set(f2p) | set(p2p)
         solved = bool(required) and required <= passed
-        return Grade(reward=1.0 if solved else 0.0, details=details)
+        return Grade(reward=1.0 if solved else 0.0, solved=solved, details=details)
 
     async def _swepro_stdout_tail(self, sandbox: Sandbox) -> str:
         log = await sandbox.exec(f"tail -c 2000 {GRADE_DIR}/swepro/stdout.log", user=self.user)

@@ -309,6 +309,7 @@ class SWEBenchGrader(Grader):
             details["log_tail"] = log[-self.log_tail :]
             return Grade(
                 reward=0.0,
+                solved=False,
                 error=f"swebench could not grade the log: {type(exc).__name__}: {exc}",
                 details=details,
             )
@@ -332,6 +333,7 @@ class SWEBenchGrader(Grader):
         if info.get("infra_failure"):
             return Grade(
                 reward=0.0,
+                solved=False,
                 error=(
                     "swebench found an environment failure in the eval log "
                     f"({info.get('infra_failure_reason', 'unknown')}); the image is broken"
@@ -347,4 +349,4 @@ class SWEBenchGrader(Grader):
             p2p["passed"],
             p2p["total"],
         )
-        return Grade(reward=1.0 if resolved else 0.0, details=details)
+        return Grade(reward=1.0 if resolved else 0.0, solved=resolved, details=details)

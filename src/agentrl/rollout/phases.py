@@ -104,7 +104,9 @@ class State:
     def reward(self) -> float:
         """The grade's reward, or 0.0 when the outcome must not train the policy."""
         trainable = self.outcome is not None and self.outcome.trainable
-        return float(self.grade.reward) if trainable and self.grade else 0.0
+        if not trainable or self.grade is None or self.grade.suspicious:
+            return 0.0
+        return float(self.grade.reward)
 
     def fail(self, outcome: Outcome, message: str) -> None:
         if self.outcome is None or self.outcome.trainable:
@@ -351,7 +353,9 @@ class Phases:
     async def _grade(self) -> Grade:
         diff, config, grader = self.state.diff, self.config, self.grader
         if not diff.strip() and not config.grade_empty_diff:
-            return Grade(reward=0.0, applied_cleanly=True, details={"empty_diff": True})
+            return Grade(
+                reward=0.0, solved=False, applied_cleanly=True, details={"empty_diff": True}
+            )
         try:
             # The grader times its own test run (and reports it in detail); this outer
             # guard also covers booting and preparing the grading sandbox.
@@ -368,7 +372,7 @@ class Phases:
         except Exception as exc:
             logger.exception("grader %s raised for %s", grader.name, self.task.instance_id)
             return grader_failed(exc)
-        return Grade(reward=0.0, applied_cleanly=False, error=error)
+        return Grade(reward=0.0, solved=False, applied_cleanly=False, error=error)
 
     async def _finish(self) -> list[TrainingSample]:
         state = self.state
@@ -461,6 +465,9 @@ def classify(state: State, turns: Sequence[TurnFact], config: RolloutConfig) -> 
             f"the agent CLI exited with code {code} after {state.unrecorded_turns} turn(s) "
             "failed in the middleware or engine (see the middleware log)",
         )
+    elif state.grade is not None and state.grade.suspicious:
+        state.outcome = Outcome.REWARD_HACK_SUSPECTED
+        state.error = f"the diff holds what only a reward hack needs: {state.grade.suspicious[0]}"
     elif code == EXIT_TIME_BUDGET_EXCEEDED:
         state.outcome = Outcome.TIMEOUT
         state.error = f"the agent exceeded its time budget of {config.agent_time_budget:g}s"

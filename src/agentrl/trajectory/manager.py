@@ -266,7 +266,7 @@ class TrajectoryManager:
     def get_trajectory(
         self,
         sid: Any,
-        reward: float = 1.0,
+        reward: float,
         metadata: Mapping[str, Any] | None = None,
         max_sample_tokens: int = 0,
     ) -> list[TrainingSample]:
