@@ -333,7 +333,7 @@ SETTINGS: tuple[Setting, ...] = (
        default=600.0, check="positive",
        help="seconds grading may take"),
     _s("AGENTRL_ROLLOUT_GUARD", "float", f"{_RO} {_SL}", aliases=("SWE_ROLLOUT_GUARD_SEC",),
-       default_doc="agent budget + eval timeout + 180", check="non_negative", zero_is_unset=True,
+       default_doc="agent budget + 2 × eval timeout + 180", check="non_negative", zero_is_unset=True,
        help="wall-clock cap on a whole rollout (0: derive it)"),
     # slime's example counts boot attempts too: `for attempt in range(CONFIG.boot_retries)`
     # (examples/coding_agent_rl/generate.py, THUDM/slime 624b824a8).

@@ -704,7 +704,7 @@ def test_result_row_has_outcome_timings_and_no_samples():
 
 
 def test_config_reads_agentrl_then_slime_variables():
-    """from_env: AGENTRL_* wins over SWE_*; the guard defaults to agent + eval + 180 s;
+    """from_env: AGENTRL_* wins over SWE_*; the guard defaults to agent + 2 × eval + 180 s;
     slime's SWE_BOOT_RETRIES counts attempts, so its 5 is 4 retries here."""
     env = {
         "SWE_AGENT_TIME_BUDGET_SEC": "900",
@@ -714,7 +714,7 @@ def test_config_reads_agentrl_then_slime_variables():
     }
     cfg = RolloutConfig.from_env(env)
     assert (cfg.agent_time_budget, cfg.eval_timeout, cfg.boot_retries) == (900, 300, 4)
-    assert cfg.guard_timeout == 900 + 300 + 180
+    assert cfg.guard_timeout == 900 + 2 * 300 + 180
     assert RolloutConfig.from_env(env, guard_timeout=2000).guard_timeout == 2000
     with pytest.raises(ValueError, match="SWE_BOOT_RETRIES='many' is not an integer"):
         RolloutConfig.from_env({"SWE_BOOT_RETRIES": "many"})

@@ -99,13 +99,17 @@ def cannot_grade(reason: str) -> Grade:
     return Grade(reward=0.0, solved=False, applied_cleanly=False, error=f"cannot grade: {reason}")
 
 
-def grader_failed(exc: BaseException) -> Grade:
-    """The grade when grading itself broke (sandbox, upload, spec), not the agent's diff."""
+def grader_failed(exc: BaseException, details: Mapping[str, Any] | None = None) -> Grade:
+    """The grade when grading broke (sandbox, upload, spec); ``details``: what ran so far.
+
+    Once the diff applied, whose failure it is gets decided by the control (see
+    :meth:`Grader.grade`)."""
     return Grade(
         reward=0.0,
         solved=False,
         applied_cleanly=False,
         error=f"grader failed: {type(exc).__name__}: {exc}",
+        details=dict(details or {}),
     )
 
 
@@ -266,15 +270,20 @@ class Grader(abc.ABC):
         :meth:`evaluate` under the grading budget. A refused task is :func:`cannot_grade`,
         a diff that does not apply is a reward of 0 with ``applied_cleanly=False``, tests
         past the budget are :func:`grading_timed_out`, anything that breaks is
-        :func:`grader_failed`; the sandbox is always closed. Subclasses write the steps.
+        :func:`grader_failed`; the sandbox is always closed. A failure once a non-empty
+        diff reached the sandbox (its apply included) is attributed by the control (:meth:`_attribute`): the diff's doing
+        (reward 0, no error) unless the empty diff fails too. Subclasses write the steps.
         """
         reason = await asyncio.to_thread(self.check, task)
         if reason:
             return cannot_grade(reason)
         details: dict[str, Any] = {}
+        # From the moment the diff reaches the grading sandbox, a failure may be its doing.
+        reached = False
         try:
             async with fresh_sandbox(sandbox_factory, task, booter=booter) as sandbox:
                 details.update(await self.setup(sandbox, task))
+                reached = bool(diff.strip())
                 patch = await self.apply(sandbox, task, diff)
                 details["patch_method"] = patch.method
                 if patch.restored:
@@ -282,12 +291,63 @@ class Grader(abc.ABC):
                 if not patch.applied:
                     details["apply_log"] = patch.log[-self.log_tail :]
                     return Grade(reward=0.0, solved=False, applied_cleanly=False, details=details)
-                return await self._evaluate_in_budget(sandbox, task, diff, details)
+                grade = await self._evaluate_in_budget(sandbox, task, diff, details)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.warning("grading %s failed: %r", task.instance_id, exc)
-            return grader_failed(exc)
+            grade = grader_failed(exc, details)
+        if grade.error is None or not reached:
+            return grade
+        return await self._attribute(task, grade, sandbox_factory, booter)
+
+    async def _attribute(
+        self, task: Task, failed: Grade, sandbox_factory: SandboxFactory, booter: Booter | None
+    ) -> Grade:
+        """Whose failure ``failed`` is, a grade that broke once the diff reached the sandbox.
+
+        The control — the empty diff graded by this grader on the same task, once per task
+        and kept while it succeeds — decides: when it grades without an error, the diff
+        broke the grading (it deleted the grader's files, hung the tests, killed the
+        runner), so the grade is the policy's: reward 0, no error, the failure recorded.
+        Only a control that fails too leaves ``failed`` a grader error. The policy never
+        picks its outcome class by breaking the grader.
+        """
+        control = await self._control(task, sandbox_factory, booter)
+        details = dict(failed.details)
+        if control.error is not None:
+            details["control"] = f"the empty diff fails too: {control.error}"
+            return attrs.evolve(failed, details=details)
+        details["grading_failure"] = failed.error
+        details["control"] = "the empty diff grades without error: the failure is the diff's"
+        logger.info(
+            "%s: grading failed after the diff applied (%s); the control grades, so it is "
+            "the diff's doing",
+            task.instance_id,
+            failed.error,
+        )
+        return Grade(
+            reward=0.0, solved=False, applied_cleanly=failed.applied_cleanly, details=details
+        )
+
+    async def _control(
+        self, task: Task, sandbox_factory: SandboxFactory, booter: Booter | None
+    ) -> Grade:
+        """The grade of the empty diff on ``task``: one run at a time per task, a success
+        kept for the grader's life (a failure is tried again next time: it may pass)."""
+        controls: dict[str, Grade] = self.__dict__.setdefault("_controls", {})
+        # A lock belongs to one event loop; a grader may outlive its loop (check-tasks).
+        locks: dict[tuple[int, str], asyncio.Lock] = self.__dict__.setdefault("_locks", {})
+        key = (id(asyncio.get_running_loop()), task.instance_id)
+        lock = locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            kept = controls.get(task.instance_id)
+            if kept is not None:
+                return kept
+            grade = await self.grade(task, "", sandbox_factory, booter=booter)
+            if grade.error is None:
+                controls[task.instance_id] = grade
+            return grade
 
     async def _evaluate_in_budget(
         self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]

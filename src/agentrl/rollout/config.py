@@ -50,8 +50,9 @@ GUARD_MARGIN = 180.0
 
 
 def default_guard_timeout(agent_time_budget: float, eval_timeout: float) -> float:
-    """The rollout guard when none is set: the agent's budget, grading, and ``GUARD_MARGIN``."""
-    return agent_time_budget + eval_timeout + GUARD_MARGIN
+    """The rollout guard when none is set: the agent's budget, grading twice (the grade and
+    the control that may follow it, see ``Grader.grade``), and ``GUARD_MARGIN``."""
+    return agent_time_budget + 2 * eval_timeout + GUARD_MARGIN
 
 
 #: ``RolloutConfig`` field -> the setting ``from_env`` reads it from.
@@ -77,7 +78,7 @@ class RolloutConfig:
     ``middleware_host`` / ``middleware_port`` are the middleware's address as the sandbox
     backend needs it for ``Sandbox.url_for`` (default: taken from ``middleware.url``).
     ``max_sample_tokens`` 0 means the context budget. ``guard_timeout`` defaults to
-    ``agent_time_budget + eval_timeout + 180``.
+    ``agent_time_budget + 2 * eval_timeout + 180``.
     """
 
     agent_time_budget: float = 1800.0
@@ -109,7 +110,7 @@ class RolloutConfig:
             raise ValueError(
                 f"RolloutConfig.guard_timeout ({self.guard_timeout}s) is shorter than "
                 f"agent_time_budget ({self.agent_time_budget}s); the guard would always fire "
-                "first. Leave guard_timeout unset for agent + eval + 180 s"
+                "first. Leave guard_timeout unset for agent + 2 × eval + 180 s"
             )
 
     @classmethod

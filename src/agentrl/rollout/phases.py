@@ -46,6 +46,12 @@ logger = logging.getLogger("agentrl.rollout")
 GRADE_SETUP_MARGIN = 120.0
 
 
+def grading_guard(eval_timeout: float) -> float:
+    """The outer bound on grading: the grade, and the empty-diff control that decides whose
+    failure a broken grade is (``Grader.grade``), each ``eval_timeout`` plus the margin."""
+    return 2 * (eval_timeout + GRADE_SETUP_MARGIN)
+
+
 #: What a sandbox, a harness or the workspace raise when the sandbox misbehaves: once the
 #: policy has acted, the policy can cause any of these. Anything else is a bug of ours.
 POLICY_REACHABLE_ERRORS: tuple[type[BaseException], ...] = (
@@ -362,12 +368,13 @@ class Phases:
             booter = self.prewarm or self.booter
             return await asyncio.wait_for(
                 grade_diff(grader, self.task, diff, self.sandbox_factory, booter=booter),
-                timeout=config.eval_timeout + GRADE_SETUP_MARGIN,
+                timeout=grading_guard(config.eval_timeout),
             )
         except asyncio.TimeoutError:
             error = (
-                f"grading took longer than eval_timeout={config.eval_timeout:g}s "
-                f"plus {GRADE_SETUP_MARGIN:g}s for the grading sandbox's boot and setup"
+                f"grading took longer than {grading_guard(config.eval_timeout):g}s: twice "
+                f"eval_timeout={config.eval_timeout:g}s plus {GRADE_SETUP_MARGIN:g}s (the "
+                "grade and its control, each with the sandbox's boot and setup)"
             )
         except Exception as exc:
             logger.exception("grader %s raised for %s", grader.name, self.task.instance_id)

@@ -143,7 +143,7 @@ class SlimeConfig:
 
     @property
     def rollout_guard(self) -> float:
-        """The wall-clock cap on one rollout: explicit, else agent budget + eval + 180 s."""
+        """The wall-clock cap on one rollout: explicit, else agent budget + 2 × eval + 180 s."""
         if self.guard_timeout is not None:
             return self.guard_timeout
         from agentrl.rollout import default_guard_timeout
