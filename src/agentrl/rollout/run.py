@@ -81,9 +81,11 @@ class RolloutResult:
         if self.grade is not None:
             grade = {
                 "reward": self.grade.reward,
+                "solved": self.grade.solved,
                 "applied_cleanly": self.grade.applied_cleanly,
                 "error": self.grade.error,
                 "details": dict(self.grade.details),
+                "suspicious": list(self.grade.suspicious),
             }
         return {
             "instance_id": self.instance_id,
