@@ -50,3 +50,13 @@ async def test_agent_files_cannot_reach_root_only_paths(docker_options):
         assert (await box.exec("echo x > /usr/bin/sh", user="agent")).exit_code != 0
         assert (await box.exec("ls /root", user="agent")).exit_code != 0
         assert (await box.exec("echo x > /etc/passwd", user="root")).exit_code != 0
+
+
+async def test_only_the_host_or_the_daemon_loses_the_sandbox(docker_options):
+    """The container removed from the host side is the backend's loss (``infra_error``);
+    one the agent merely tried to kill is not (above)."""
+    async with DockerSandbox(**docker_options) as box:
+        await box.exec("kill -9 -1; true", user="agent")
+        assert not await box.lost_externally(RuntimeError("probe"))
+        await box._container.delete(force=True)  # the host's doing, out of the agent's reach
+        assert await box.lost_externally(RuntimeError("exec failed"))

@@ -905,3 +905,22 @@ async def test_egress_is_restricted_through_the_sdk_option(server, make_sandbox,
     (alone, or as deny-all-but ``egress_allow``); left unset, nothing is sent."""
     async with make_sandbox(**options) as sandbox:
         assert server.sandboxes[sandbox.sandbox_id].egress == sent
+
+
+async def test_lost_externally_only_on_the_providers_word(server, make_sandbox):
+    """After the agent ran, only the API's "no such sandbox" (or our own teardown) is the
+    provider's doing; a failed command or a transport error is not evidence of it."""
+    async with make_sandbox(rpc_retries=0) as sandbox:
+        assert not await sandbox.lost_externally(SandboxError("exec failed: exit 137"))
+        server.inject("files.write", "status", status=503, times=1)
+        with pytest.raises(SandboxError) as unreachable:
+            await sandbox.write_file("x.txt", "x")
+        assert not await sandbox.lost_externally(unreachable.value)
+        server.expire(sandbox.sandbox_id)
+        with pytest.raises(SandboxGoneError) as gone:
+            await sandbox.exec("true")
+        assert await sandbox.lost_externally(gone.value)
+        wrapped = SandboxError("could not capture the diff")
+        wrapped.__cause__ = gone.value
+        assert await sandbox.lost_externally(wrapped)
+    assert await sandbox.lost_externally(SandboxError("after close"))

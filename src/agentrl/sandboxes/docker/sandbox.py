@@ -269,16 +269,18 @@ class DockerSandbox(Sandbox):
                 await asyncio.to_thread(shutil.rmtree, self._state, True)
 
     async def lost_externally(self, error: BaseException) -> bool:
-        """True when this host ended the sandbox: its teardown began, or the container was
-        removed or stopped from outside (the agent cannot stop its container's init)."""
+        """True when this host ended the sandbox: its teardown began, the container was
+        removed or stopped from outside (the agent, unprivileged, cannot stop its
+        container's init), or the daemon itself failed to answer (an API error). A
+        container its own memory limit killed (``OOMKilled``) is the agent's doing."""
         if self._closed:
             return True
         if self._container is None:
             return False
         try:
             info = await self._container.show()
-        except Exception as exc:
-            return getattr(exc, "status", None) == 404
+        except Exception:
+            return True  # 404: removed from outside; anything else: the daemon failed
         state = info.get("State") or {}
         return not state.get("Running", False) and not state.get("OOMKilled", False)
 

@@ -239,6 +239,24 @@ class E2BSandbox(Sandbox):
         finally:
             self._handle = None
 
+    async def lost_externally(self, error: BaseException) -> bool:
+        """True when the provider, not the agent, ended the sandbox: our own teardown began,
+        or the E2B API says the sandbox no longer exists (killed from outside or its
+        lifetime ran out; nothing inside holds an API key, and the unprivileged agent
+        cannot stop its VM). An envd that stopped answering is not such evidence: an agent
+        that exhausts its VM's memory can cause that. An image giving the agent root (sudo)
+        could forge a stopped VM."""
+        if self._handle is None:
+            return True
+        seen: set[int] = set()
+        current: BaseException | None = error
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            if isinstance(current, SandboxGoneError):
+                return True
+            current = current.__cause__ or current.__context__
+        return False
+
     # -- retry core ------------------------------------------------------------------------
     def _started(self) -> Any:
         if self._handle is None:
