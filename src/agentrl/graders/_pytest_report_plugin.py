@@ -250,6 +250,8 @@ class _Session:
     # -- findings --------------------------------------------------------------------------
     def _forged(self):
         found = []
+        if not self.inner:
+            return found  # nothing ran here (an xdist controller): only the logged reports
         for nodeid, phases in self.logged.items():
             inner = self.inner.get(nodeid, {})
             for when, outcome in sorted(phases.items()):

@@ -1,10 +1,12 @@
-"""The ``scaleswe`` grader: flat task metadata, "exit 0 == solved" grading.
+"""The ``scaleswe`` grader: flat task metadata, graded by exit code or by a test parser,
+each confirmed by the grader's own pytest report (see ``agentrl.graders.pytest_report``).
 
 Three grading methods, in priority order: ``swepro`` (a SWE-bench Pro run script and log
 parser uploaded from the host; solved iff every fail-to-pass and pass-to-pass test
-passed), ``eval_cmd`` (a shell command; exit 0 is solved) and
-``remote_env_info.f2p_script`` (a self-contained pytest file run with python; exit 0 is
-solved).
+passed, in the parser's reading and in the grader's report), ``eval_cmd`` (a shell
+command; exit 0 is solved, when it ran pytest with a finished report that agrees) and
+``remote_env_info.f2p_script`` (a self-contained pytest file run with python; exit 0 and
+every collected test passed in the grader's report).
 """
 
 from __future__ import annotations

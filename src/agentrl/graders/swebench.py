@@ -6,6 +6,10 @@ the eval script from its own per-repository specs
 ``make_test_spec`` to ``swebench.harness.utils`` and expects the instance to carry its
 ``eval_script``, ``log_parser`` and ``eval_type``. Both work; an instance the installed
 version cannot build is reported by ``check()``.
+
+swebench's reading of the printed log stays the reference; when the instance's tests are
+pytest node ids, the grader's own pytest report (``agentrl.graders.pytest_report``) must
+agree with it before a grade is solved.
 """
 
 from __future__ import annotations
