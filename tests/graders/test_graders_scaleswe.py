@@ -193,9 +193,8 @@ async def test_f2p_script_that_exits_0_without_pytest_is_unsolved(tmp_path, fact
     grade = await ScaleSWEGrader(timeout=60).grade(task, "", factory)
     assert grade.error is None and grade.details["exit_code"] == 0
     assert grade.reward == 0.0 and not grade.solved
-    assert grade.details["verdict"]["reasons"] == [
-        "no grader report: no pytest session ran under the grader's plugin"
-    ]
+    (reason,) = grade.details["verdict"]["reasons"]
+    assert reason.startswith("no grader report: no pytest session ran under the grader's plugin")
 
 
 async def test_a_diff_at_the_f2p_path_cannot_break_grading(examples, factory, tmp_path):

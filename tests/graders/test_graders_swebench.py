@@ -212,7 +212,13 @@ async def test_gold_patch_resolves(task, factory):
     assert "log_tail" not in grade.details
     assert grade.details["verdict"] == {
         "channel": "swebench log + grader report",
-        "report": {"sessions": 1, "finalized": 1, "exit_statuses": [0], "outcomes": {"passed": 4}},
+        "report": {
+            "processes": 1,
+            "sessions": 1,
+            "finalized": 1,
+            "exit_statuses": [0],
+            "outcomes": {"passed": 4},
+        },
         "reasons": [],
     }
 

@@ -208,6 +208,35 @@ def test_os_exit_during_collection_leaves_an_unfinished_report(tmp_path):
     assert not solved and "never finished" in reasons[0]
 
 
+def test_an_exit_while_conftests_load_is_caught(tmp_path):
+    """The task's conftest imports the package, which exits 0 at import: no session ever
+    began, and the process's own marker says it ended while loading."""
+    files = {
+        "conftest.py": "import pkg\n",
+        "pkg/__init__.py": "import os\nos._exit(0)\n",
+        "test_a.py": "def test_a():\n    assert 0\n",
+    }
+    result, channel = run_pytest(tmp_path, files, PYTEST)
+    assert result.returncode == 0
+    report = read(channel)
+    assert not report.sessions and list(report.processes.values()) == ["imported"]
+    solved, reasons = verdict(report, (), 0)
+    assert not solved
+    assert "ended while loading its plugins and conftests" in reasons[1]
+
+
+def test_a_process_that_handled_its_command_line_is_not_a_finding(tmp_path):
+    """`pytest --markers` runs no session: its process and report are complete, and it adds
+    no reason beside a real session's."""
+    files = {"test_a.py": "def test_a():\n    pass\n"}
+    result, channel = run_pytest(tmp_path, files, f"{PYTEST} --markers > /dev/null && {PYTEST}")
+    assert result.returncode == 0
+    report = read(channel)
+    assert sorted(report.processes.values()) == ["cmdline", "cmdline"]
+    assert sorted(s.session_ran for s in report.sessions) == [False, True]
+    assert verdict(report, ["test_a.py::test_a"], 0) == (True, [])
+
+
 FORCE_PASS = """
     import gc
     import pytest
@@ -327,10 +356,8 @@ def test_exit_code_and_session_status_must_agree():
 def test_missing_foreign_and_unreadable_reports_are_facts():
     """No report, a report with another nonce, bad JSON and stray files give reasons, not
     exceptions; cut-short writes are skipped."""
-    assert verdict(parse_reports({}, "n"), ["t"], 0) == (
-        False,
-        ["no grader report: no pytest session ran under the grader's plugin"],
-    )
+    solved, (reason,) = verdict(parse_reports({}, "n"), ["t"], 0)
+    assert not solved and reason.startswith("no grader report: no pytest session ran")
     good = json.dumps({"nonce": "n", "finalized": True, "session_ran": True, "tests": {}})
     report = parse_reports(
         {
@@ -339,15 +366,19 @@ def test_missing_foreign_and_unreadable_reports_are_facts():
             "session-1-3.json": None,
             "session-1-4.json": good,
             "session-1-4.json.tmp": "{",
+            "process-1.json": json.dumps({"nonce": "n", "stage": "cmdline"}),
+            "process-2.json": json.dumps({"nonce": "x", "stage": "cmdline"}),
             "notes.txt": "hi",
         },
         "n",
     )
     assert [s.name for s in report.sessions] == ["session-1-4.json"]
+    assert report.processes == {1: "cmdline"}
     assert report.problems == (
         "report session-1-1.json does not carry this grade's nonce",
         "report session-1-2.json is unreadable (JSONDecodeError)",
         "report session-1-3.json is unreadable",
+        "report process-2.json is unreadable or not this grade's",
         "unexpected file 'notes.txt' in the report directory",
     )
     assert not verdict(report, (), None)[0]

@@ -8,9 +8,12 @@ of the environment (and its own traces out of ``PYTEST_ADDOPTS``, ``PYTEST_PLUGI
 pytest processes that tests start are not recorded. A session started inside another one
 (pytester's inline runs) is not recorded either.
 
-Each pytest session writes one JSON report, ``session-PID-SEQ.json``: a first copy when it
-is configured (``finalized: false``), the final one at ``pytest_sessionfinish``, each
-written atomically. A session cut short (``os._exit``, a crash, a kill) leaves the first.
+Each pytest process writes ``process-PID.json`` when it imports the plugin (``stage:
+imported``) and again when pytest handles its command line (``cmdline``). Each session
+writes one JSON report, ``session-PID-SEQ.json``: a first copy when it is configured
+(``finalized: false``), the final one at ``pytest_sessionfinish``, each written
+atomically. A process or session cut short (``os._exit``, a crash, a kill) leaves its
+first copy.
 
 A test's outcome is read twice: innermost, around pytest's own report (with the raised
 exception), and as pytest logged it. A logged pass that the inner reading does not
@@ -374,6 +377,23 @@ def _int(value):
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _mark_process(stage):
+    """``process-PID.json``: how far this pytest process got (a session writes the rest)."""
+    if _DIR:
+        path = os.path.join(_DIR, f"process-{os.getpid()}.json")
+        _write(path, {"format": FORMAT, "nonce": _NONCE, "pid": os.getpid(), "stage": stage})
+
+
+# Plugins and conftests load (and may import the code under test) before the command line
+# is handled; a process that never gets there was ended during that.
+_mark_process("imported")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    _mark_process("cmdline")
 
 
 @pytest.hookimpl(tryfirst=True)

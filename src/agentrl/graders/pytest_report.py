@@ -49,6 +49,7 @@ NONCE_VAR = "AGENTRL_PYTEST_REPORT_NONCE"
 _MODULE_VAR = "AGENTRL_PYTEST_PLUGIN"
 _PATH_VAR = "AGENTRL_PYTEST_PLUGIN_PATH"
 _SESSION_FILE = re.compile(r"^session-(\d+)-(\d+)\.json$")
+_PROCESS_FILE = re.compile(r"^process-(\d+)\.json$")
 #: More sessions than this in one grade is not a test run the grader reads.
 MAX_SESSIONS = 64
 #: Outcomes that count as a failure when a session's exit status or the exit code says none.
@@ -125,13 +126,16 @@ class PytestReport:
     """Every session report one test run left, and what was wrong with the rest."""
 
     sessions: tuple[SessionReport, ...] = ()
+    #: pytest processes that loaded the plugin: pid -> how far they got (``imported``:
+    #: loading plugins and conftests; ``cmdline``: pytest handled the command line).
+    processes: Mapping[int, str] = attrs.field(factory=dict)
     #: Report files that could not be trusted or read (foreign nonce, bad JSON, …).
     problems: tuple[str, ...] = ()
 
     @property
     def found(self) -> bool:
         """Whether pytest ran under the plugin at all (or something wrote where it writes)."""
-        return bool(self.sessions or self.problems)
+        return bool(self.sessions or self.processes or self.problems)
 
     def summary(self) -> dict[str, Any] | str:
         """A compact account for ``Grade.details``: counts, never lists of tests."""
@@ -142,6 +146,7 @@ class PytestReport:
             for outcome in session.tests.values():
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
         return {
+            "processes": len(self.processes),
             "sessions": len(self.sessions),
             "finalized": sum(s.finalized for s in self.sessions),
             "exit_statuses": [s.exitstatus for s in self.sessions if s.finalized],
@@ -234,7 +239,7 @@ class ReportChannel:
             if name in (".", "..") or len(files) > MAX_SESSIONS:
                 continue
             files[name] = None
-            if _SESSION_FILE.match(name):
+            if _SESSION_FILE.match(name) or _PROCESS_FILE.match(name):
                 try:
                     files[name] = str(await sandbox.read_file(f"{self.reports}/{name}", user=user))
                 except SandboxGoneError:
@@ -246,11 +251,18 @@ class ReportChannel:
 
 def parse_reports(files: Mapping[str, str | None], nonce: str) -> PytestReport:
     """The report of a run from its directory's files (name -> text, None: unreadable)."""
-    sessions, problems = [], []
+    sessions, processes, problems = [], {}, []
     for name, text in files.items():
-        if name.endswith(".json.tmp") and _SESSION_FILE.match(name[: -len(".tmp")]):
-            continue  # a write cut short: its session's first copy tells the rest
-        if not _SESSION_FILE.match(name):
+        if name.endswith(".json.tmp"):
+            continue  # a write cut short: the file's first copy tells the rest
+        process = _PROCESS_FILE.match(name)
+        if process:
+            data = _json_object(text)
+            if data is None or data.get("nonce") != nonce:
+                problems.append(f"report {name} is unreadable or not this grade's")
+            else:
+                processes[int(process.group(1))] = str(data.get("stage"))
+        elif not _SESSION_FILE.match(name):
             problems.append(f"unexpected file {name[:80]!r} in the report directory")
         elif len(sessions) >= MAX_SESSIONS:
             problems.append(f"more than {MAX_SESSIONS} pytest sessions in one run")
@@ -269,7 +281,15 @@ def parse_reports(files: Mapping[str, str | None], nonce: str) -> PytestReport:
             except (ValueError, TypeError, AttributeError) as exc:
                 problems.append(f"report {name} is unreadable ({type(exc).__name__})")
     sessions.sort(key=lambda s: tuple(int(g) for g in _SESSION_FILE.match(s.name).groups()))
-    return PytestReport(sessions=tuple(sessions), problems=tuple(problems))
+    return PytestReport(sessions=tuple(sessions), processes=processes, problems=tuple(problems))
+
+
+def _json_object(text: str | None) -> Mapping[str, Any] | None:
+    try:
+        data = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return data if isinstance(data, Mapping) else None
 
 
 def _index(session: SessionReport) -> dict[str, list[str]]:
@@ -357,7 +377,17 @@ def verdict(
     passing = frozenset(passing)
     reasons = list(report.problems)
     if not report.sessions:
-        reasons.append("no grader report: no pytest session ran under the grader's plugin")
+        reasons.append(
+            "no grader report: no pytest session ran under the grader's plugin (a test "
+            "command that runs pytest through tox or a clean environment must pass on "
+            "PYTHONPATH, PYTEST_PLUGINS, PYTEST_ADDOPTS and AGENTRL_PYTEST_REPORT_*)"
+        )
+    for pid, stage in sorted(report.processes.items()):
+        if stage == "imported":
+            reasons.append(
+                f"pytest process {pid} ended while loading its plugins and conftests, "
+                "before it handled its command line (an exit at import, or a usage error)"
+            )
     for session in report.sessions:
         reasons += _session_reasons(session)
     done = [s for s in report.sessions if s.finalized and s.session_ran]
