@@ -142,6 +142,48 @@ def test_every_outcome_is_recorded(tmp_path):
     assert not solved and reasons[0].startswith("tests that did not pass: test_o.py::test_fails")
 
 
+RERUN_CONFTEST = """
+    import pytest
+    from _pytest.runner import runtestprotocol
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(item, nextitem):
+        # what pytest-rerunfailures does: a failed attempt is logged as "rerun", then again
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for attempt in (1, 2):
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            retry = attempt == 1 and any(r.failed for r in reports)
+            for report in reports:
+                if retry and report.failed:
+                    report.outcome = "rerun"
+                item.ihook.pytest_runtest_logreport(report=report)
+            if not retry:
+                break
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+"""
+
+
+def test_a_test_that_passes_on_rerun_is_passed_not_forged(tmp_path):
+    """A flaky test rerun by a rerun plugin (its failed attempt logged as "rerun") passes:
+    the last attempt is what both readings compare."""
+    flaky = """
+        import pathlib
+        def test_flaky(tmp_path_factory):
+            marker = pathlib.Path(__file__).with_name("attempted")
+            first = not marker.exists()
+            marker.write_text("x")
+            assert not first
+    """
+    files = {"conftest.py": RERUN_CONFTEST, "test_flaky.py": flaky}
+    result, channel = run_pytest(tmp_path, files, PYTEST)
+    assert result.returncode == 0, result.stdout
+    report = read(channel)
+    (session,) = report.sessions
+    assert session.tests == {"test_flaky.py::test_flaky": "passed"} and not session.forged
+    assert verdict(report, ["test_flaky.py::test_flaky"], 0) == (True, [])
+
+
 def test_two_sessions_in_one_run_each_leave_a_report(tmp_path):
     """A run script that starts pytest twice leaves two finalized reports, neither lost."""
     files = {"test_a.py": "def test_a():\n    pass\n", "test_b.py": "def test_b():\n    pass\n"}

@@ -154,7 +154,7 @@ def _outcome(report):
 
 
 def _merge(phases, when, outcome):
-    # A failure sticks (sub-tests report under their test's id); a rerun is not an outcome.
+    # A logged failure sticks (sub-tests log under their test's id); a rerun is not one.
     if outcome == "rerun" or phases.get(when) == "failed":
         return
     phases[when] = outcome
@@ -356,11 +356,12 @@ class _Session:
         except BaseException:
             return
         when = getattr(call, "when", None) or getattr(report, "when", "?")
-        _merge(self.inner.setdefault(item.nodeid, {}), when, _outcome(report))
+        # The last attempt counts here (a rerun plugin logs the earlier ones as "rerun").
+        self.inner.setdefault(item.nodeid, {})[when] = _outcome(report)
         excinfo = getattr(call, "excinfo", None)
         skip = getattr(getattr(pytest, "skip", None), "Exception", ())
-        if excinfo is not None and not isinstance(excinfo.value, skip):
-            self.raised[(item.nodeid, when)] = True
+        raised = excinfo is not None and not isinstance(excinfo.value, skip)
+        self.raised[(item.nodeid, when)] = raised
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
