@@ -52,6 +52,8 @@ _SESSION_FILE = re.compile(r"^session-(\d+)-(\d+)\.json$")
 _PROCESS_FILE = re.compile(r"^process-(\d+)\.json$")
 #: More sessions than this in one grade is not a test run the grader reads.
 MAX_SESSIONS = 64
+#: A report file larger than this is not read (and so is a problem).
+MAX_REPORT_BYTES = 64 << 20
 #: Outcomes that count as a failure when a session's exit status or the exit code says none.
 FAILED = frozenset({"failed", "error", "forged"})
 _MAX_REASONS = 10
@@ -226,27 +228,38 @@ class ReportChannel:
         )
 
     async def read(self, sandbox: Sandbox, *, user: str) -> PytestReport:
-        """Every session report in the directory; what cannot be trusted is a problem."""
-        listing = await sandbox.exec(
-            f"ls -1a {shlex.quote(self.reports)}", user=user, workdir="/", timeout=60
+        """Every report in the directory; what cannot be read or trusted is a problem."""
+        listing_script = (
+            f"cd {shlex.quote(self.reports)} || exit 3\n"
+            'for f in *; do [ -f "$f" ] && printf \'%s %s\\n\' "$(wc -c < "$f")" "$f"; done; '
+            "exit 0"
         )
+        try:
+            listing = await sandbox.exec(listing_script, user=user, workdir="/", timeout=60)
+        except SandboxGoneError:
+            raise
+        except (SandboxError, OSError, TimeoutError) as exc:
+            return PytestReport(problems=(f"the report directory could not be listed: {exc}",))
         if listing.exit_code != 0:
             return PytestReport(
                 problems=("the grader's report directory is gone (removed during the run?)",)
             )
         files: dict[str, str | None] = {}
-        for name in listing.stdout.splitlines():
-            if name in (".", "..") or len(files) > MAX_SESSIONS:
-                continue
+        for line in listing.stdout.splitlines()[: MAX_SESSIONS * 2 + 2]:
+            size, _, name = line.strip().partition(" ")
             files[name] = None
-            if _SESSION_FILE.match(name) or _PROCESS_FILE.match(name):
-                try:
-                    files[name] = str(await sandbox.read_file(f"{self.reports}/{name}", user=user))
-                except SandboxGoneError:
-                    raise
-                except (FileNotFoundError, SandboxError):
-                    pass
+            wanted = _SESSION_FILE.match(name) or _PROCESS_FILE.match(name)
+            if wanted and size.isdigit() and int(size) <= MAX_REPORT_BYTES:
+                files[name] = await self._read_text(sandbox, name, user)
         return parse_reports(files, self.nonce)
+
+    async def _read_text(self, sandbox: Sandbox, name: str, user: str) -> str | None:
+        try:
+            return str(await sandbox.read_file(f"{self.reports}/{name}", user=user))
+        except SandboxGoneError:
+            raise
+        except (FileNotFoundError, SandboxError, OSError, TimeoutError):
+            return None
 
 
 def parse_reports(files: Mapping[str, str | None], nonce: str) -> PytestReport:
