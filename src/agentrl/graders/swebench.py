@@ -352,7 +352,7 @@ class SWEBenchGrader(Grader):
 
         Checked when the instance's tests are pytest node ids or a report exists: every
         FAIL_TO_PASS and PASS_TO_PASS test passed in it (XFAIL too, as swebench counts
-        it), and the test command's exit code agrees.
+        it), and a test command that exited 0 left no failed test in it.
         """
         instance = task.grading["instance"]
         required = list(
@@ -364,9 +364,10 @@ class SWEBenchGrader(Grader):
         reasons = [] if grade.solved else ["swebench's report: not resolved"]
         report = await channel.read(sandbox, user=self.user)
         if report.found or any("::" in test for test in required):
-            reasons += verdict(
-                report, required, _test_exit_code(log), passing=("passed", "xfailed")
-            )[1]
+            # Only an exit 0 is checked against the report: swebench ignores the exit code,
+            # so a non-zero one with every test passed (a coverage threshold) gains nothing.
+            exit_code = 0 if _test_exit_code(log) == 0 else None
+            reasons += verdict(report, required, exit_code, passing=("passed", "xfailed"))[1]
             decided_by = "swebench log + grader report"
         else:
             decided_by = "swebench log"
