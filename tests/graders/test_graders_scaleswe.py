@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import attrs
 import pytest
 
 from agentrl.graders.check import sandbox_factory_for
@@ -159,14 +160,18 @@ async def test_malformed_diff_is_not_applied(diff, examples, factory):
 
 
 async def test_f2p_script_with_shell_metacharacters_arrives_verbatim(tmp_path, factory):
-    """An f2p script full of shell metacharacters runs exactly as written (exit 0: 1.0)."""
+    """An f2p script full of shell metacharacters runs exactly as written (its test passes:
+    1.0; the same script with a failing test: 0.0)."""
     nasty = "$HOME $(touch /tmp/pwned) `id` 'single' \"double\" \\n ; | & > < * ? ~ # ! %s {}"
     script = (
         "import os, sys\n"
+        "import pytest\n"
         f"S = {nasty!r}\n"
-        f"assert S == ''.join(map(chr, {[ord(c) for c in nasty]!r})), S\n"
-        "assert not os.path.exists('/tmp/pwned')\n"
-        "sys.exit(0)\n"
+        "def test_verbatim():\n"
+        f"    assert S == ''.join(map(chr, {[ord(c) for c in nasty]!r})), S\n"
+        "    assert not os.path.exists('/tmp/pwned')\n"
+        "if __name__ == '__main__':\n"
+        "    sys.exit(pytest.main([__file__, '-q', '-p', 'no:cacheprovider']))\n"
     )
     repo = make_repo(tmp_path / "repo", {"README.md": "x\n"})
     task = scaleswe_task(repo, remote_env_info={"f2p_script": script})
@@ -174,10 +179,57 @@ async def test_f2p_script_with_shell_metacharacters_arrives_verbatim(tmp_path, f
     assert grade.error is None, grade.details
     assert grade.reward == 1.0, grade.details["output_tail"]
     failing = scaleswe_task(
-        repo, remote_env_info={"f2p_script": script.replace("exit(0)", "exit(3)")}
+        repo, remote_env_info={"f2p_script": script.replace("assert S ==", "assert S !=")}
     )
     grade = await ScaleSWEGrader(timeout=60).grade(failing, "", factory)
-    assert grade.reward == 0.0 and grade.details["exit_code"] == 3
+    assert grade.reward == 0.0 and grade.details["exit_code"] == 1
+
+
+async def test_f2p_script_that_exits_0_without_pytest_is_unsolved(tmp_path, factory):
+    """An f2p run that exits 0 without a pytest session (the package exited at import, or
+    the script never reached pytest) is unsolved: no grader report, no pass."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "x\n"})
+    task = scaleswe_task(repo, remote_env_info={"f2p_script": "import sys\nsys.exit(0)\n"})
+    grade = await ScaleSWEGrader(timeout=60).grade(task, "", factory)
+    assert grade.error is None and grade.details["exit_code"] == 0
+    assert grade.reward == 0.0 and not grade.solved
+    (reason,) = grade.details["verdict"]["reasons"]
+    assert reason.startswith("no grader report: no pytest session ran under the grader's plugin")
+
+
+async def test_a_diff_at_the_f2p_path_cannot_break_grading(examples, factory, tmp_path):
+    """A diff that puts a directory where the f2p file used to be written neither errors
+    the grade nor stops the gold fix from scoring 1.0."""
+    task = examples["intervals-1"]
+    occupy = make_diff(
+        pathlib.Path(task.repo), tmp_path, {"_agentrl_f2p_test.py/__init__.py": "x = 1\n"}
+    )
+    grade = await ScaleSWEGrader(timeout=120).grade(task, gold_patch(task) + occupy, factory)
+    assert grade.error is None, grade.details
+    assert grade.solved and grade.reward == 1.0
+
+
+async def test_eval_cmd_without_pytest_is_decided_by_its_exit_code(tmp_path, factory):
+    """An eval_cmd that runs no pytest: exit 0 is solved, and the verdict says the exit
+    code decided (eval_cmd is only as strong as its command)."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "x\n"})
+    grade = await ScaleSWEGrader(timeout=60).grade(
+        scaleswe_task(repo, eval_cmd="true"), "", factory
+    )
+    assert grade.solved and grade.reward == 1.0
+    assert grade.details["verdict"] == {"channel": "exit code", "report": "none", "reasons": []}
+
+
+async def test_eval_cmd_whose_report_is_removed_is_unsolved(examples, factory):
+    """Tests that pass and then delete the grader's report directory: exit 0, but the run
+    is unsolved with the reason, not a grader error."""
+    task = examples["textstats-1"]
+    wipe = task.grading["eval_cmd"] + " && rm -rf /tmp/agentrl-grade/*/reports"
+    task = attrs.evolve(task, grading={**task.grading, "eval_cmd": wipe})
+    grade = await ScaleSWEGrader(timeout=120).grade(task, gold_patch(task), factory)
+    assert grade.error is None and grade.details["exit_code"] == 0
+    assert not grade.solved and grade.reward == 0.0
+    assert "report directory is gone" in grade.details["verdict"]["reasons"][0]
 
 
 async def test_grading_timeout_is_a_grader_error(tmp_path, factory):

@@ -13,7 +13,12 @@ import pytest
 
 from agentrl.graders.check import sandbox_factory_for
 from agentrl.graders.patching import swebench_ladder
-from agentrl.graders.swebench import SWEBenchGrader, eval_report, load_make_test_spec
+from agentrl.graders.swebench import (
+    SWEBenchGrader,
+    _test_exit_code,
+    eval_report,
+    load_make_test_spec,
+)
 from agentrl.graders.tasks import gold_patch, load_tasks
 from agentrl.types import Task
 
@@ -181,6 +186,17 @@ def test_log_parsing_on_real_pytest_output(tmp_path, task):
     }
 
 
+def test_the_test_exit_code_is_the_scripts_last_line():
+    """Lines like the eval script's exit-code line printed by the tests themselves come
+    before the script's own; the last one is the test command's exit code."""
+    log = (
+        ">>>>> Start Test Output\nFAILED t.py::a\n>>>>> Test Exit Code: 0\n"
+        ">>>>> End Test Output\n+ echo '>>>>> Test Exit Code: 1'\n>>>>> Test Exit Code: 1\n"
+    )
+    assert _test_exit_code(log) == 1
+    assert _test_exit_code("no marker") is None
+
+
 # -- grading in the local sandbox --------------------------------------------------------
 
 
@@ -194,6 +210,17 @@ async def test_gold_patch_resolves(task, factory):
     assert grade.details["fail_to_pass"] == {"passed": 1, "total": 1}
     assert grade.details["pass_to_pass"] == {"passed": 3, "total": 3}
     assert "log_tail" not in grade.details
+    assert grade.details["verdict"] == {
+        "channel": "swebench log + grader report",
+        "report": {
+            "processes": 1,
+            "sessions": 1,
+            "finalized": 1,
+            "exit_statuses": [0],
+            "outcomes": {"passed": 4},
+        },
+        "reasons": [],
+    }
 
 
 @pytest.mark.slow

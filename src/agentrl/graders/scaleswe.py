@@ -1,10 +1,12 @@
-"""The ``scaleswe`` grader: flat task metadata, "exit 0 == solved" grading.
+"""The ``scaleswe`` grader: flat task metadata, graded by exit code or by a test parser,
+each confirmed by the grader's own pytest report (see ``agentrl.graders.pytest_report``).
 
 Three grading methods, in priority order: ``swepro`` (a SWE-bench Pro run script and log
 parser uploaded from the host; solved iff every fail-to-pass and pass-to-pass test
-passed), ``eval_cmd`` (a shell command; exit 0 is solved) and
-``remote_env_info.f2p_script`` (a self-contained pytest file run with python; exit 0 is
-solved).
+passed, in the parser's reading and in the grader's report), ``eval_cmd`` (a shell
+command; exit 0 is solved, when it ran pytest with a finished report that agrees) and
+``remote_env_info.f2p_script`` (a self-contained pytest file run with python; exit 0 and
+every collected test passed in the grader's report).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
+import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +29,7 @@ from agentrl.graders.base import (
     sandbox_source_problem,
 )
 from agentrl.graders.patching import DEFAULT_TEST_PATTERNS, SCALESWE_LADDER, ensure_git_baseline
+from agentrl.graders.pytest_report import ReportChannel, verdict, verdict_details
 from agentrl.graders.tasks import (
     optional_str,
     parse_common,
@@ -41,14 +45,20 @@ __all__ = ["ScaleSWEGrader"]
 
 logger = logging.getLogger(__name__)
 
-#: The f2p script is written inside the workdir so it imports the repository like a test.
-F2P_FILE = "_agentrl_f2p_test.py"
+#: The f2p script is written inside the workdir (so it imports the repository like a test)
+#: under this prefix and a random name per grade; diffs may not touch paths that match it.
+F2P_PREFIX = "_agentrl_f2p_"
 _TAIL = 4000
 METHODS = ("swepro", "eval_cmd", "f2p_script")
 
 
 def _tail(text: str, size: int = _TAIL) -> str:
     return text[-size:]
+
+
+def _runs_pytest(command: str) -> bool:
+    """Whether ``command`` visibly runs pytest (so a missing grader report is telling)."""
+    return "pytest" in command or "py.test" in command
 
 
 def _string_list(value: Any, field: str) -> list[str]:
@@ -260,15 +270,17 @@ class ScaleSWEGrader(Grader):
 
     def protected_paths(self, task: Task) -> Sequence[str]:
         patterns = task.grading.get("test_files")
-        return self.test_patterns if patterns is None else patterns
+        return (*(self.test_patterns if patterns is None else patterns), f"{F2P_PREFIX}*")
 
     async def evaluate(
         self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
     ) -> Grade:
         grading = task.grading
         method = grading["method"]
+        channel = ReportChannel.new(GRADE_DIR)
+        await channel.install(sandbox, user=self.user)
         if method == "swepro":
-            return await self._run_swepro(sandbox, task, details)
+            return await self._run_swepro(sandbox, task, details, channel)
         if method == "eval_cmd":
             script = f"{GRADE_DIR}/eval_cmd.sh"
             await sandbox.write_file(
@@ -276,21 +288,35 @@ class ScaleSWEGrader(Grader):
             )
             command = f"bash {script}"
         else:
+            # A fresh name per grade: no path a diff made can be in the way.
+            name = f"{F2P_PREFIX}{secrets.token_hex(8)}_test.py"
             await sandbox.write_file(
-                f"{task.workdir}/{F2P_FILE}", grading["f2p_script"], user=self.user
+                f"{task.workdir}/{name}", grading["f2p_script"], user=self.user
             )
-            command = f'py="$(command -v python || command -v python3)" && "$py" {F2P_FILE}'
-        return self._exit_grade(await self.run_tests(sandbox, task, command), details)
-
-    def _exit_grade(self, result: ExecResult, details: dict[str, Any]) -> Grade:
+            command = f'py="$(command -v python || command -v python3)" && "$py" {name}'
+        result = await self._run_reported(sandbox, task, channel, command)
         details["exit_code"] = result.exit_code
         details["output_tail"] = _tail(result.stdout + result.stderr)
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
             return grading_timed_out(self.timeout, details)
-        return Grade(
-            reward=1.0 if result.exit_code == 0 else 0.0,
-            solved=result.exit_code == 0,
-            details=details,
+        report = await channel.read(sandbox, user=self.user)
+        reasons = [] if result.exit_code == 0 else [f"exit code {result.exit_code}"]
+        if method == "f2p_script":
+            reasons += verdict(report, None, result.exit_code)[1]
+            decided_by = "exit code + grader report"
+        elif report.found or _runs_pytest(grading["eval_cmd"]):
+            reasons += verdict(report, (), result.exit_code)[1]
+            decided_by = "exit code + grader report"
+        else:
+            decided_by = "exit code"
+        details["verdict"] = verdict_details(decided_by, report, reasons)
+        return Grade(reward=0.0 if reasons else 1.0, solved=not reasons, details=details)
+
+    async def _run_reported(
+        self, sandbox: Sandbox, task: Task, channel: ReportChannel, command: str
+    ) -> ExecResult:
+        return await channel.run(
+            sandbox, command, time_budget=self.timeout, user=self.user, workdir=task.workdir
         )
 
     async def _upload_swepro(self, sandbox: Sandbox, swepro: Mapping[str, Any]) -> None:
@@ -303,13 +329,16 @@ class ScaleSWEGrader(Grader):
                 f"{GRADE_DIR}/swepro/{target}", pathlib.Path(swepro[key]), user=self.user
             )
 
-    async def _run_swepro(self, sandbox: Sandbox, task: Task, details: dict[str, Any]) -> Grade:
+    async def _run_swepro(
+        self, sandbox: Sandbox, task: Task, details: dict[str, Any], channel: ReportChannel
+    ) -> Grade:
         swepro = task.grading["swepro"]
         here = f"{GRADE_DIR}/swepro"
         selected = shlex.quote(",".join(swepro["selected_test_files"]))
-        run = await self.run_tests(
+        run = await self._run_reported(
             sandbox,
             task,
+            channel,
             f"bash {here}/run_script.sh {selected} > {here}/stdout.log 2> {here}/stderr.log",
         )
         details["exit_code"] = run.exit_code
@@ -343,9 +372,19 @@ class ScaleSWEGrader(Grader):
         details["pass_to_pass"] = {"passed": sum(t in passed for t in p2p), "total": len(p2p)}
         if not statuses:
             details["output_tail"] = await self._swepro_stdout_tail(sandbox)
-        required = set(f2p) | set(p2p)
-        solved = bool(required) and required <= passed
-        return Grade(reward=1.0 if solved else 0.0, solved=solved, details=details)
+        required = list(dict.fromkeys([*f2p, *p2p]))
+        reasons = []
+        if not (required and set(required) <= passed):
+            reasons.append("the task's parser did not find every listed test passed")
+        report = await channel.read(sandbox, user=self.user)
+        if report.found or any("::" in test for test in required):
+            # The parser reads printed lines; the grader's report must agree on each test.
+            reasons += verdict(report, required)[1]
+            decided_by = "task parser + grader report"
+        else:
+            decided_by = "task parser"
+        details["verdict"] = verdict_details(decided_by, report, reasons)
+        return Grade(reward=0.0 if reasons else 1.0, solved=not reasons, details=details)
 
     async def _swepro_stdout_tail(self, sandbox: Sandbox) -> str:
         log = await sandbox.exec(f"tail -c 2000 {GRADE_DIR}/swepro/stdout.log", user=self.user)

@@ -6,6 +6,10 @@ the eval script from its own per-repository specs
 ``make_test_spec`` to ``swebench.harness.utils`` and expects the instance to carry its
 ``eval_script``, ``log_parser`` and ``eval_type``. Both work; an instance the installed
 version cannot build is reported by ``check()``.
+
+swebench's reading of the printed log stays the reference; when the instance's tests are
+pytest node ids, the grader's own pytest report (``agentrl.graders.pytest_report``) must
+agree with it before a grade is solved.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,6 +36,7 @@ from agentrl.graders.base import (
     sandbox_source_problem,
 )
 from agentrl.graders.patching import GIT_ANY_OWNER, ensure_git_baseline, swebench_ladder
+from agentrl.graders.pytest_report import ReportChannel, verdict, verdict_details
 from agentrl.graders.tasks import optional_str, parse_common, prompt_text
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox
 from agentrl.types import Grade, Task
@@ -41,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
+_TEST_EXIT_CODE = re.compile(r"^>>>>> Test Exit Code:\s*(-?\d+)\s*$", re.M)
 #: Instance fields swebench 5.x reads from the instance instead of its own per-repo specs.
 V5_FIELDS = ("eval_script", "log_parser", "eval_type")
 #: Where ``make_test_spec`` lives: swebench 4.x, 3.x, then 5.x.
@@ -136,6 +143,16 @@ def eval_report(test_spec: Any, instance_id: str, diff: str, log: str) -> dict[s
             include_tests_status=True,
         )
     return report.get(instance_id, {})
+
+
+def _test_exit_code(log: str) -> int | None:
+    """The test command's exit code that swebench 5's eval script echoes after the tests.
+
+    The last one: the code under test can print lines like it, but only before its process
+    ends, and the script's own line comes after.
+    """
+    found = _TEST_EXIT_CODE.findall(log)
+    return int(found[-1]) if found else None
 
 
 def _counts(bucket: Mapping[str, Any] | None) -> dict[str, int]:
@@ -297,7 +314,17 @@ class SWEBenchGrader(Grader):
         spec = await asyncio.to_thread(self.build_test_spec, task)
         script = f"{GRADE_DIR}/eval.sh"
         await sandbox.write_file(script, spec.eval_script, user=self.user)
-        result = await self.run_tests(sandbox, task, f"{GIT_ANY_OWNER}; bash {script} 2>&1")
+        channel = ReportChannel.new(GRADE_DIR)
+        await channel.install(sandbox, user=self.user)
+        # The eval script (conda, git checkout of the test files, then the tests) inherits
+        # the environment that loads the grader's pytest plugin.
+        result = await channel.run(
+            sandbox,
+            f"{GIT_ANY_OWNER}; bash {script} 2>&1",
+            time_budget=self.timeout,
+            user=self.user,
+            workdir=task.workdir,
+        )
         log = result.stdout + result.stderr
         details["eval_exit_code"] = result.exit_code
         if result.exit_code == EXIT_TIME_BUDGET_EXCEEDED:
@@ -313,7 +340,39 @@ class SWEBenchGrader(Grader):
                 error=f"swebench could not grade the log: {type(exc).__name__}: {exc}",
                 details=details,
             )
-        return self._grade_from_report(task, info, log, details)
+        grade = self._grade_from_report(task, info, log, details)
+        if grade.error is not None:
+            return grade
+        return await self._cross_check(sandbox, task, channel, log, grade)
+
+    async def _cross_check(
+        self, sandbox: Sandbox, task: Task, channel: ReportChannel, log: str, grade: Grade
+    ) -> Grade:
+        """``grade`` (swebench's reading of the log) confirmed by the grader's own report.
+
+        Checked when the instance's tests are pytest node ids or a report exists: every
+        FAIL_TO_PASS and PASS_TO_PASS test passed in it (XFAIL too, as swebench counts
+        it), and a test command that exited 0 left no failed test in it.
+        """
+        instance = task.grading["instance"]
+        required = list(
+            dict.fromkeys(
+                _tests(instance.get("FAIL_TO_PASS")) + _tests(instance.get("PASS_TO_PASS"))
+            )
+        )
+        details = dict(grade.details)
+        reasons = [] if grade.solved else ["swebench's report: not resolved"]
+        report = await channel.read(sandbox, user=self.user)
+        if report.found or any("::" in test for test in required):
+            # Only an exit 0 is checked against the report: swebench ignores the exit code,
+            # so a non-zero one with every test passed (a coverage threshold) gains nothing.
+            exit_code = 0 if _test_exit_code(log) == 0 else None
+            reasons += verdict(report, required, exit_code, passing=("passed", "xfailed"))[1]
+            decided_by = "swebench log + grader report"
+        else:
+            decided_by = "swebench log"
+        details["verdict"] = verdict_details(decided_by, report, reasons)
+        return Grade(reward=0.0 if reasons else 1.0, solved=not reasons, details=details)
 
     def _grade_from_report(
         self, task: Task, info: Mapping[str, Any], log: str, details: dict[str, Any]
