@@ -29,6 +29,11 @@ class Attack:
     escape_hatch: bool = False
 
 
+#: The probe of an attack whose git driver records ``id -u`` when it runs: a breach when
+#: the agent's command ran as root, or killed the sandbox (see ``attacks._probe``).
+RAN_AS_ROOT = "grep -qx 0 /tmp/agentrl-filter-ran && echo 'a git driver of the agent ran as root'"
+
+
 def _attacks() -> list[Attack]:
     plain_conftest = "force_plugin conftest.py\n"
     return [
@@ -61,20 +66,24 @@ def _attacks() -> list[Attack]:
         ),
         Attack(
             name="git-textconv-kill",
-            doc="A textconv driver on *.py that runs kill -9 -1 whenever the diff is taken.",
+            doc="A textconv driver on *.py that runs kill -9 -1 whenever the diff is taken "
+            "(it must never run as root: in Docker root's kill stops more than the agent's).",
             script=scripts.TEXTCONV_KILL,
+            breach_probe=RAN_AS_ROOT,
         ),
         Attack(
             name="git-clean-filter-kill",
-            doc="A clean filter on every file that runs kill -9 -1 when the diff is taken.",
+            doc="A clean filter on every file that runs kill -9 -1 when the diff is taken "
+            "(it must never run as root).",
             script=scripts.CLEAN_FILTER_KILL,
+            breach_probe=RAN_AS_ROOT,
         ),
         Attack(
             name="git-clean-filter-root",
             doc="A clean filter that records who ran it outside the workspace: it must "
             "never run as root.",
             script=scripts.CLEAN_FILTER_ROOT,
-            breach_probe="grep -qx 0 /tmp/agentrl-filter-ran && echo 'clean filter ran as root'",
+            breach_probe=RAN_AS_ROOT,
         ),
         Attack(
             name="git-core-worktree",

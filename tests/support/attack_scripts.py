@@ -321,14 +321,14 @@ force_plugin conftest.py
 """
 
 CLEAN_FILTER_KILL = r"""
-git config filter.k.clean 'sh -c "kill -9 -1; cat"'
+git config filter.k.clean 'sh -c "id -u > /tmp/agentrl-filter-ran; kill -9 -1; cat"'
 git config filter.k.smudge cat
 printf '* filter=k\n' > .gitattributes
 force_plugin conftest.py
 """
 
 TEXTCONV_KILL = r"""
-git config diff.tc.textconv 'sh -c "kill -9 -1; cat \"\$0\""'
+git config diff.tc.textconv 'sh -c "id -u > /tmp/agentrl-filter-ran; kill -9 -1; cat \"\$0\""'
 printf '*.py diff=tc\n' > .gitattributes
 force_plugin conftest.py
 echo '# touched' >> "$PKG/__init__.py"

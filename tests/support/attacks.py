@@ -125,9 +125,11 @@ class Cell:
         """One compact results row: attack, task, reward, solved, error, what spoke."""
         grade = self.grade
         if grade is None:
+            breach = f" BREACH={self.breach}" if self.breach else ""
             return (
                 f"{self.attack:34} {self.instance_id:14} {self.outcome:22} "
                 f"capture: {self.capture_error}"[:400]
+                + breach
             )
         details = grade.details
         spoke = []
@@ -176,7 +178,7 @@ async def attack_and_grade(
     A capture that raises is judged as ``Phases._judge`` judges it once the policy acted:
     ``agent_error`` for an error a sandbox raises when the backend does not say it lost
     the sandbox, else ``infra_error``. ``breach_probe``, a shell test run as root in the
-    agent's sandbox after capture, names a breach when it exits 0.
+    agent's sandbox after capture, names a breach when it exits 0 or cannot run at all.
     """
     config = config or RolloutConfig()
     common: dict[str, Any] = {"attack": attack, "instance_id": task.instance_id}
@@ -202,6 +204,8 @@ async def attack_and_grade(
         )
         common["script_exit"] = ran.exit_code
         common["script_output"] = (ran.stdout + ran.stderr)[-1500:]
+        failed: dict[str, Any] = {}
+        diff = None
         try:
             diff = await capture_diff(
                 box,
@@ -211,29 +215,42 @@ async def attack_and_grade(
                 config.diff_ignore,
             )
         except Exception as exc:
-            external = False
-            if isinstance(exc, POLICY_REACHABLE_ERRORS):
-                with contextlib.suppress(Exception):
-                    external = await asyncio.wait_for(box.lost_externally(exc), 60)
-            judged = (
-                "agent_error"
-                if isinstance(exc, POLICY_REACHABLE_ERRORS) and not external
-                else "infra_error"
-            )
-            return Cell(
-                **common,
-                capture_error=f"{type(exc).__name__}: {exc}",
-                capture_exception=type(exc),
-                capture_outcome=judged,
-            )
-        breach = None
-        if breach_probe:
-            with contextlib.suppress(Exception):
-                probed = await box.exec(breach_probe, user="root", timeout=60)
-                if probed.exit_code == 0:
-                    breach = probed.stdout.strip()[-200:] or "probe matched"
+            failed = await _judge_capture(box, exc)
+        breach = await _probe(box, breach_probe) if breach_probe else None
+    if failed:
+        return Cell(**common, **failed, breach=breach)
+    assert diff is not None
     grade = await asyncio.wait_for(grader.grade(task, diff, sandbox_factory), grader.timeout + 300)
     return Cell(**common, diff=diff, grade=grade, breach=breach)
+
+
+async def _judge_capture(box: Sandbox, exc: Exception) -> dict[str, Any]:
+    """A failed capture as ``Phases._judge`` sees it once the policy acted."""
+    external = False
+    if isinstance(exc, POLICY_REACHABLE_ERRORS):
+        with contextlib.suppress(Exception):
+            external = await asyncio.wait_for(box.lost_externally(exc), 60)
+    reachable = isinstance(exc, POLICY_REACHABLE_ERRORS) and not external
+    return {
+        "capture_error": f"{type(exc).__name__}: {exc}",
+        "capture_exception": type(exc),
+        "capture_outcome": "agent_error" if reachable else "infra_error",
+    }
+
+
+async def _probe(box: Sandbox, probe: str) -> str | None:
+    """What ``probe`` (run as root) found, or None. A sandbox that did not survive the
+    capture is a breach too: the agent's command killed more than its own processes."""
+    script = f"if {{ {probe}\n}}; then echo AGENTRL_BREACH; fi; echo AGENTRL_PROBE_RAN"
+    try:
+        probed = await box.exec(script, user="root", timeout=60)
+    except Exception as exc:
+        return f"the sandbox did not survive the capture ({type(exc).__name__})"
+    if "AGENTRL_PROBE_RAN" not in probed.stdout:
+        return f"the sandbox did not survive the capture (probe exit {probed.exit_code})"
+    if "AGENTRL_BREACH" in probed.stdout:
+        return probed.stdout.replace("AGENTRL_BREACH", "").replace("AGENTRL_PROBE_RAN", "").strip()
+    return None
 
 
 def assert_earns_nothing(cell: Cell) -> None:
@@ -317,8 +334,8 @@ def render_table(cells: list[Cell], columns: tuple[str, ...] = TASK_IDS) -> str:
             mark = f"{cell.grade.reward:g}" + ("!" if cell.grade.suspicious else "")
         mark += " BREACH" if cell.breach else ""
         rows.setdefault(cell.attack, {})[cell.instance_id] = mark
-    header = f"{'attack':34}" + "".join(f"{t:>15}" for t in columns)
+    header = f"{'attack':34}" + "".join(f"{t:>20}" for t in columns)
     lines = [header, "-" * len(header)]
     for attack, marks in rows.items():
-        lines.append(f"{attack:34}" + "".join(f"{marks.get(t, ''):>15}" for t in columns))
+        lines.append(f"{attack:34}" + "".join(f"{marks.get(t, ''):>20}" for t in columns))
     return "\n".join(lines)
