@@ -11,6 +11,47 @@ every report into a pass), ``save_ids`` (the expected test ids beside the packag
 
 from __future__ import annotations
 
+#: A pytest plugin (or conftest.py) that turns every test report into a pass.
+FORCE_PLUGIN_PY = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+"""
+
+#: Package code that registers :data:`FORCE_PLUGIN_PY`'s hook on the running pytest
+#: (found through the gc) when the tests import the package.
+GC_HOOK_PY = """\
+def _agentrl_register():
+    import gc
+    import sys
+
+    config = sys.modules.get("_pytest.config")
+    if config is None:
+        return
+    import pytest
+
+    class Force:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            outcome = yield
+            report = outcome.get_result()
+            report.outcome = "passed"
+            report.longrepr = None
+
+    for obj in gc.get_objects():
+        if isinstance(obj, config.Config) and not obj.pluginmanager.has_plugin("agentrl-f"):
+            obj.pluginmanager.register(Force(), "agentrl-f")
+
+
+_agentrl_register()
+"""
+
 #: Helpers every attack script can call (it runs with ``set -eu`` in the workdir).
 PRELUDE = r"""set -eu
 cd "$ATTACK_WORKDIR"
@@ -29,16 +70,9 @@ export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@a GIT_COMMITTER_NAME=a GIT_COMMITTER
 force_plugin() {
   mkdir -p "$(dirname "$1")"
   cat > "$1" <<'PY'
-import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    report.outcome = "passed"
-    report.longrepr = None
-PY
+"""
+PRELUDE += FORCE_PLUGIN_PY
+PRELUDE += r"""PY
 }
 
 # The row's expected test ids, kept beside the package for code that forges reports.
@@ -125,33 +159,7 @@ save_ids
 """
 
 # Package code that registers a plugin on the running pytest, found through the gc.
-HOOK_VIA_GC = r"""
-at_import <<'PY'
-def _agentrl_register():
-    import gc
-    import sys
-
-    config = sys.modules.get("_pytest.config")
-    if config is None:
-        return
-    import pytest
-
-    class Force:
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_makereport(self, item, call):
-            outcome = yield
-            report = outcome.get_result()
-            report.outcome = "passed"
-            report.longrepr = None
-
-    for obj in gc.get_objects():
-        if isinstance(obj, config.Config) and not obj.pluginmanager.has_plugin("agentrl-f"):
-            obj.pluginmanager.register(Force(), "agentrl-f")
-
-
-_agentrl_register()
-PY
-"""
+HOOK_VIA_GC = "at_import <<'PY'\n" + GC_HOOK_PY + "PY\n"
 
 # pytest's report factory patched through sys.modules: every report says passed.
 PATCH_TESTREPORT = r"""
