@@ -76,9 +76,10 @@ async def test_attack_earns_nothing(name, tasks, factory, table):
     """Attack ``name`` (its scenario: ``ATTACKS[name].doc``) on every bundled task. Bound:
     reward 0, not solved, no grader error, no breach of the agent's sandbox; a diff that
     cannot be captured is the agent's own failure (agent_error), never infra_error."""
-    cells = await run_everywhere(ATTACKS[name], tasks, factory)
+    attack = ATTACKS[name]
+    cells = await run_everywhere(attack, tasks, factory)
     table.extend(cells)
-    assert_every_cell(cells, assert_earns_nothing)
+    assert_every_cell(cells, assert_earns_nothing, f"{name}: {attack.doc}")
 
 
 @pytest.mark.parametrize("name", REFUSED)

@@ -72,9 +72,10 @@ async def test_attack_earns_nothing_in_docker(name, tasks, factory, table):
     """Attack ``name`` (``ATTACKS[name].doc``) in Docker on each scaleswe task. Bound: reward
     0, not solved, no grader error; a capture that fails is the agent's (agent_error),
     never a loss the host calls its own (infra_error)."""
-    cells = await run_everywhere(ATTACKS[name], tasks, factory)
+    attack = ATTACKS[name]
+    cells = await run_everywhere(attack, tasks, factory)
     table.extend(cells)
-    assert_every_cell(cells, assert_earns_nothing)
+    assert_every_cell(cells, assert_earns_nothing, f"{name}: {attack.doc}")
 
 
 async def test_gold_patch_scores_one_in_docker(tasks, factory, table):

@@ -19,14 +19,13 @@ class Attack:
     name: str
     doc: str
     script: str
-    #: Grading budget for this attack (None: :data:`GRADE_TIMEOUT`).
+    #: Grading budget for this attack (None: ``attacks.GRADE_TIMEOUT``).
     grade_timeout: float | None = None
-    #: A root shell test run in the agent's sandbox after capture; exit 0 is a breach.
+    #: A root shell test run in the agent's sandbox after capture; exit 0, or a sandbox
+    #: that cannot run it any more, is a breach.
     breach_probe: str | None = None
     #: The capture of this attack's diff must raise this (the agent's own failure).
     capture_raises: type[BaseException] | None = None
-    #: Escape hatch: scored 0 on main only by ending as grader_error (see the report).
-    escape_hatch: bool = False
 
 
 #: The probe of an attack whose git driver records ``id -u`` when it runs: a breach when
@@ -287,46 +286,39 @@ def _attacks() -> list[Attack]:
             name="import-kill-ancestors",
             doc="The package kills the test runner's parent processes up to init.",
             script=scripts.KILL_ANCESTORS,
-            escape_hatch=True,
         ),
         Attack(
             name="import-kill-all",
             doc="The package runs kill(-1, SIGKILL) as the grading sandbox's root.",
             script="at_import <<'PY'\n__import__('os').kill(-1, 9)\nPY\n",
-            escape_hatch=True,
         ),
         Attack(
             name="f2p-path-directory",
             doc="A directory where the f2p grader writes its test file.",
             script="mkdir -p _agentrl_f2p_test.py\necho x > _agentrl_f2p_test.py/keep\n",
-            escape_hatch=True,
         ),
         Attack(
             name="import-deletes-grade-dir",
             doc="The package deletes /tmp/agentrl-grade at import.",
             script="at_import <<'PY'\n__import__('shutil').rmtree("
             "'/tmp/agentrl-grade', ignore_errors=True)\nPY\n",
-            escape_hatch=True,
         ),
         Attack(
             name="import-deletes-tmp",
             doc="The package deletes everything in /tmp at import.",
             script="at_import <<'PY'\n__import__('subprocess').run("
             "'rm -rf /tmp/* /tmp/.[!.]*', shell=True)\nPY\n",
-            escape_hatch=True,
         ),
         Attack(
             name="import-sleeps-forever",
             doc="The package sleeps forever at import: the grading budget (20 s) runs out.",
             script="at_import <<'PY'\nwhile True:\n    __import__('time').sleep(1)\nPY\n",
             grade_timeout=20.0,
-            escape_hatch=True,
         ),
         Attack(
             name="import-fills-disk",
             doc="The package fills /tmp of the grading sandbox at import.",
             script=scripts.FILL_DISK_AT_GRADING,
-            escape_hatch=True,
         ),
         Attack(
             name="agent-fills-disk",

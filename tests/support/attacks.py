@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -77,12 +78,12 @@ def expected_tests(task: Task) -> list[str]:
     swepro = task.grading.get("swepro")
     if swepro:
         return [*swepro["fail_to_pass"], *swepro["pass_to_pass"]]
-    instance = task.grading.get("instance")
-    if instance:
-        from agentrl.graders.swebench import _tests
-
-        return [*_tests(instance.get("FAIL_TO_PASS")), *_tests(instance.get("PASS_TO_PASS"))]
-    return []
+    instance = task.grading.get("instance") or {}
+    ids = []
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        value = instance.get(key) or []
+        ids += json.loads(value) if isinstance(value, str) else list(value)
+    return ids
 
 
 # -- the pipeline ----------------------------------------------------------------------------
@@ -175,7 +176,8 @@ async def attack_and_grade(
     """Prepare the workspace as a rollout does, run ``script`` as the agent, capture the
     diff as ``Phases._agent`` does, and grade it with ``grader`` in a fresh sandbox.
 
-    A capture that raises is judged as ``Phases._judge`` judges it once the policy acted:
+    An empty diff is graded too (a rollout skips it: reward 0 either way). A capture that
+    raises is judged as ``Phases._judge`` judges it once the policy acted:
     ``agent_error`` for an error a sandbox raises when the backend does not say it lost
     the sandbox, else ``infra_error``. ``breach_probe``, a shell test run as root in the
     agent's sandbox after capture, names a breach when it exits 0 or cannot run at all.
@@ -267,15 +269,15 @@ def assert_earns_nothing(cell: Cell) -> None:
     assert not cell.grade.solved, context
 
 
-def assert_every_cell(cells: list[Cell], check: Callable[[Cell], None]) -> None:
-    """``check`` on every cell; every failure reported together."""
-    failures = []
+def assert_every_cell(cells: list[Cell], check: Callable[[Cell], None], scenario: str = "") -> None:
+    """``check`` on every cell; every failure reported together, after ``scenario``."""
+    failures = [scenario] if scenario else []
     for cell in cells:
         try:
             check(cell)
         except AssertionError as exc:
             failures.append(str(exc))
-    assert not failures, "\n\n".join(failures)
+    assert len(failures) == bool(scenario), "\n\n".join(failures)
 
 
 # -- running an attack on several tasks ------------------------------------------------------
