@@ -15,9 +15,14 @@ from agentrl.graders.patching import (
     ensure_git_baseline,
     swebench_ladder,
 )
+from agentrl.graders.protection import (
+    config_change,
+    infra_reason,
+    is_protected,
+    literal_pattern,
+    shadow_candidates,
+)
 from agentrl.sandboxes.local import LocalSandbox
-
-pytestmark = pytest.mark.slow
 
 WORKDIR = "/workspace"
 
@@ -113,6 +118,7 @@ async def exists(sandbox: LocalSandbox, path: str) -> bool:
     ).exit_code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edits", "config", "renames", "dropped"),
     [
@@ -153,6 +159,7 @@ async def test_header_tricks_cannot_hide_a_protected_path(
         assert not await exists(sandbox, "pkg/sub")
 
 
+@pytest.mark.slow
 async def test_plain_unified_diff_deleting_a_test_file(base):
     """``--- a/tests/test_core.py`` / ``+++ /dev/null`` with no ``diff --git`` line deletes the
     file; the tree shows it, and the test file comes back."""
@@ -169,6 +176,7 @@ async def test_plain_unified_diff_deleting_a_test_file(base):
         ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edits", "dropped", "reason"),
     [
@@ -241,6 +249,7 @@ async def test_test_infrastructure_is_dropped_whatever_the_task(
         assert await fingerprint(sandbox, skip="./.git") == before
 
 
+@pytest.mark.slow
 async def test_config_changes_outside_test_sections_stay(base, tmp_path):
     """A version bump in pyproject.toml and a metadata edit in setup.cfg are the fix's."""
     diff = agent_diff(
@@ -257,6 +266,7 @@ async def test_config_changes_outside_test_sections_stay(base, tmp_path):
         assert "1.1" in await sandbox.read_file(f"{WORKDIR}/pyproject.toml")
 
 
+@pytest.mark.slow
 async def test_writes_into_git_dirs_are_dropped(base):
     """Only ``patch`` writes into .git (git apply refuses); a hook, a config change and a
     gitfile that would hide ``pkg/`` from a ``git add`` are all put back or removed."""
@@ -287,6 +297,7 @@ async def test_writes_into_git_dirs_are_dropped(base):
         assert await fingerprint(sandbox) == before
 
 
+@pytest.mark.slow
 async def test_a_failed_rung_leaves_the_tree_exactly_as_before(base, tmp_path):
     """A diff whose last hunk cannot apply, after ones that add, delete, rename, chmod and
     symlink: every rung of both ladders fails and the tree (``.git`` included) is as before."""
@@ -321,6 +332,7 @@ async def test_a_failed_rung_leaves_the_tree_exactly_as_before(base, tmp_path):
         )
 
 
+@pytest.mark.slow
 async def test_the_guard_diff_ignores_the_repositorys_git_config(base, tmp_path):
     """The tree's final change is made by the grader's git: fixed ``a/`` ``b/`` prefixes,
     no textconv, whatever the workdir's .git/config says."""
@@ -333,3 +345,102 @@ async def test_the_guard_diff_ignores_the_repositorys_git_config(base, tmp_path)
         assert outcome.applied
         assert outcome.tree_diff.startswith("diff --git a/pkg/core.py b/pkg/core.py\n")
         assert "+os._exit(0)" in outcome.tree_diff
+
+
+# -- the rules, without a sandbox --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "protected"),
+    [
+        ("a/b/conftest.py", True),
+        ("pkg.egg-info/entry_points.txt", True),
+        ("build/lib/x.dist-info/METADATA", True),
+        ("venv/lib/python3.11/site-packages/_pytest/main.py", True),
+        ("web/node_modules/jest/bin/jest.js", True),
+        ("crates/a/.cargo/config.toml", True),
+        ("pkg/util_test.go", True),
+        ("pkg/testdata/golden.txt", True),
+        ("web/jest.config.js", True),
+        ("pkg/__pycache__/core.cpython-311.pyc", True),
+        ("src/contest.py", False),
+        ("pkg/testdata_helpers.py", False),
+        ("pkg/egg-info.py", False),
+        ("pkg/cargo/config.toml", False),
+    ],
+)
+def test_infrastructure_rules_match_whole_components(path, protected):
+    """A rule names whole path components at any depth (the entry or anything under it)."""
+    assert (infra_reason(path) is not None) is protected
+
+
+def test_shadow_candidates_and_literal_patterns():
+    """Leading paths named like a runner module are the shadow candidates; a literal
+    pattern matches its own name only, glob characters included."""
+    assert shadow_candidates("src/_pytest/runner.py") == ["src/_pytest"]
+    assert shadow_candidates("pytest.py") == ["pytest.py"]
+    assert shadow_candidates("pkg/mypytest.py") == []
+    assert is_protected("tests/t[1].py", [literal_pattern("tests/t[1].py")])
+    assert not is_protected("tests/t1.py", [literal_pattern("tests/t[1].py")])
+
+
+SETUP_CFG = "[metadata]\nname = pkg\n\n[tool:pytest]\ntestpaths = tests\n"
+
+
+@pytest.mark.parametrize(
+    ("after", "changed"),
+    [
+        (SETUP_CFG.replace("name = pkg", "name = pkg2"), None),
+        (SETUP_CFG + "addopts = -p pkg.force\n", "[tool:pytest]"),
+        (SETUP_CFG.replace("[tool:pytest]", "  [TOOL:PYTEST]") + "addopts = -p x\n", "tool:pytest"),
+        (SETUP_CFG + "[coverage:run]\nplugins = pkg.cov\n", "coverage:run"),
+        (SETUP_CFG + "[options.entry_points]\npytest11 =\n    f = pkg.f\n", "pytest11"),
+        (None, "tool:pytest"),
+    ],
+    ids=["metadata", "addopts", "indented-upper-case", "coverage", "entry-point", "deleted"],
+)
+def test_setup_cfg_test_sections(after, changed):
+    """Only a change in a section pytest, coverage or tox read (or a pytest11 entry point)
+    drops setup.cfg; the reading is lenient, so no ini parser sees a section it misses."""
+    reason = config_change("setup.cfg", SETUP_CFG.encode(), after and after.encode())
+    assert (reason is None) if changed is None else (changed in reason), reason
+
+
+PYPROJECT = '[project]\nname = "pkg"\nversion = "1.0"\n'
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        (PYPROJECT, PYPROJECT.replace("1.0", "1.1"), None),
+        (PYPROJECT, PYPROJECT + '[tool.pytest.ini_options]\naddopts = "-p x"\n', "[tool.pytest]"),
+        (PYPROJECT, 'tool.pytest.ini_options.addopts = "-p x"\n' + PYPROJECT, "[tool.pytest]"),
+        (PYPROJECT, PYPROJECT + '[project.entry-points.pytest11]\nf = "pkg.f"\n', "pytest11"),
+        (PYPROJECT + "[tool.pytest.ini_options]\nx = 1\n", "not = [toml", "no longer parses"),
+        (PYPROJECT, "not = [toml", None),
+    ],
+    ids=[
+        "version",
+        "ini-options",
+        "dotted-key",
+        "entry-point",
+        "broken-after-test-table",
+        "broken",
+    ],
+)
+def test_pyproject_test_tables(before, after, changed):
+    """pyproject.toml is compared parsed: a test table that changed, appeared or no longer
+    parses drops it, and the reason names the table."""
+    reason = config_change("pkg/pyproject.toml", before.encode(), after.encode())
+    assert (reason is None) if changed is None else (changed in reason), reason
+
+
+def test_package_json_test_keys():
+    """package.json drops when a test runner's key or the test script changes."""
+    before = b'{"name": "a", "scripts": {"test": "jest", "build": "tsc"}}'
+    assert config_change("package.json", before, before.replace(b'"a"', b'"b"')) is None
+    assert config_change("package.json", before, before.replace(b"tsc", b"esbuild")) is None
+    reason = config_change("package.json", before, before.replace(b'"jest"', b'"true"'))
+    assert reason is not None and "scripts.test" in reason
+    reason = config_change("package.json", before, b'{"name": "a", "jest": {"setupFiles": ["x"]}}')
+    assert reason is not None and '"jest"' in reason

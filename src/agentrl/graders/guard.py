@@ -9,9 +9,9 @@ tests are not run. A task may allow patterns by name (``metadata.guard_allow``).
 
 The patterns are chosen so that no gold patch of the bundled tasks or of the SWE-bench
 instances at hand trips them (``tests/graders/test_guard.py`` checks). When the
-repository under test is pytest itself or a pytest plugin (the snapshot has ``_pytest/``
-or declares a ``pytest11`` entry point), the patterns about pytest's machinery are off:
-there they are the code being fixed.
+repository under test is pytest itself or ships a pytest plugin (its snapshot has
+``_pytest/``, declares a ``pytest11`` entry point, or implements a pytest hook outside its
+tests), the patterns about pytest's machinery are off: there they are the code being fixed.
 """
 
 from __future__ import annotations
@@ -80,6 +80,11 @@ def _p(
     return Pattern(name, re.compile(regex), why, scope, pytest_machinery)
 
 
+#: Where an assignment target starts: a statement, or a chained ``a = b = …``.
+_ASSIGNED = r"(?:^|[;=])\s*"
+#: A module key naming the test machinery or the tests.
+_TEST_NAMES = r"(?:pytest|unittest|doctest|test|conftest)"
+
 #: The patterns, in the order findings are reported.
 PATTERNS: tuple[Pattern, ...] = (
     _p(
@@ -116,8 +121,8 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "test-machinery-patch",
-        r"\b(?:unittest|pytest|_pytest|doctest|TestCase|TestResult|TextTestResult|TestSuite"
-        r"|TextTestRunner|TestProgram|TestLoader)(?:\.\w+)+\s*=(?!=)"
+        _ASSIGNED + r"(?:unittest|pytest|_pytest|doctest|TestCase|TestResult|TextTestResult"
+        r"|TestSuite|TextTestRunner|TestProgram|TestLoader)(?:\.\w+)+\s*=(?!=)"
         r"|\bsetattr\(\s*(?:unittest|pytest|_pytest|doctest|TestCase|TestResult"
         r"|TextTestResult|TestSuite|TextTestRunner|TestProgram|TestLoader)\b",
         "monkeypatches the test framework itself (TestCase.run =, pytest.main =)",
@@ -125,7 +130,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "test-report-text",
-        r"""['"][^'"]*(?:\bPASSED\b|::test_\w|\b\d+ passed\b)""",
+        r"""(['"])[^'"\n]*?(?:\bPASSED\b|::test_\w|\b\d+ passed\b)[^'"\n]*\1""",
         "a string shaped like a test runner's verdict (PASSED, a test id, 'N passed')",
         pytest_machinery=True,
     ),
@@ -142,16 +147,18 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "sys-modules-write",
-        r"\bsys\.modules\s*\[\s*(?!__name__\s*\])[^\]]+\]\s*=(?!=)"
-        r"|\bsys\.modules\s*\.\s*(?:__setitem__|update|setdefault)\s*\(",
-        "puts a module of its choosing in place of another (the test runner's)",
+        _ASSIGNED + r"sys\.modules\s*\[[^\]]*" + _TEST_NAMES + r"[^\]]*\]\s*=(?!=)"
+        r"|\bsys\.modules\s*\.\s*(?:__setitem__|setdefault)\s*\([^,]*"
+        + _TEST_NAMES
+        + r"|\bsys\.modules\s*\.\s*update\s*\(",
+        "puts a module of its choosing in place of the test machinery's or the tests'",
     ),
     _p(
         "builtins-write",
-        r"\b(?:builtins|__builtins__)\s*(?:\.\s*\w+|\[[^\]]*\])\s*=(?!=)"
+        _ASSIGNED + r"(?:builtins|__builtins__)\s*(?:\.\s*(?!_\s*=)\w+|\[[^\]]*\])\s*=(?!=)"
         r"|\bsetattr\(\s*(?:builtins|__builtins__)\b"
         r"|\b(?:builtins|__builtins__)(?:\.__dict__)?\s*\.\s*(?:update|__setitem__)\s*\(",
-        "changes the builtins every module, the tests included, sees",
+        "changes the builtins every module, the tests included, sees (``_`` excepted)",
     ),
     _p(
         "import-hook",

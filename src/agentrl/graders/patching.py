@@ -83,6 +83,15 @@ DEFAULT_TEST_PATTERNS: tuple[str, ...] = (
 GIT_ANY_OWNER = "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'"
 #: The most bytes of the tree's final change the guard reads.
 GUARD_DIFF_LIMIT = 16 * 1024 * 1024
+#: Where a hook implementation makes the repository one that ships a pytest plugin.
+_PLUGIN_SOURCES = (
+    ":(glob)**/*.py",
+    ":(exclude,glob)**/conftest.py",
+    ":(exclude,glob)**/test_*.py",
+    ":(exclude,glob)**/test/**",
+    ":(exclude,glob)**/tests/**",
+    ":(exclude,glob)**/testing/**",
+)
 _APPLIED_RE = re.compile(r"^AGENTRL_APPLIED (\d+)$", re.M)
 _NO_WORKDIR = 90
 _STORE_FAILED = 93
@@ -143,11 +152,14 @@ def _ladder_script(patch_file: str, ladder: Sequence[str]) -> str:
         'cat "$S/log" >&2',
         '[ -n "$applied" ] || exit 1',
         f'set_aside_revert && changed "$S" || exit {_STORE_FAILED}',
-        # pytest's own repository, or a plugin's: the guard's pytest patterns are its code
+        # pytest's own repository, or one shipping a plugin: the guard's pytest patterns
+        # are its code (judged on the snapshot, which the diff cannot change)
         'B=$(cat "$S/base")',
         "if g ls-tree -r --name-only \"$B\" | grep -qE '(^|/)_pytest/__init__[.]py$' || "
-        'g grep -q -I -e pytest11 "$B" -- setup.py setup.cfg pyproject.toml 2>/dev/null; '
-        "then echo AGENTRL_PYTEST_REPO; fi",
+        'g grep -q -I -e pytest11 "$B" -- setup.py setup.cfg pyproject.toml 2>/dev/null || '
+        "g grep -q -I -E '^[[:space:]]*def pytest_[a-z_]+[(]' \"$B\" -- "
+        + " ".join(shlex.quote(spec) for spec in _PLUGIN_SOURCES)
+        + " 2>/dev/null; then echo AGENTRL_PYTEST_REPO; fi",
         'echo "AGENTRL_APPLIED $applied"',
     ]
     return "\n".join(lines)

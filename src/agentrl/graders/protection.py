@@ -229,13 +229,13 @@ def _setup_cfg_sections(text: str) -> dict[str, str]:
         if current is not None:
             current.append(line.strip())
     relevant = {
-        name: "\n".join(lines)
+        f"[{name}]": "\n".join(lines)
         for name, lines in sections.items()
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in SETUP_CFG_SECTIONS)
     }
     entry_points = "\n".join(sections.get("options.entry_points", []))
     if "pytest11" in entry_points:
-        relevant["options.entry_points (pytest11)"] = entry_points
+        relevant["[options.entry_points] pytest11"] = entry_points
     return relevant
 
 

@@ -26,6 +26,7 @@ from agentrl.graders.base import (
     sandbox_source_problem,
 )
 from agentrl.graders.patching import DEFAULT_TEST_PATTERNS, SCALESWE_LADDER, ensure_git_baseline
+from agentrl.graders.protection import literal_pattern
 from agentrl.graders.tasks import (
     optional_str,
     parse_common,
@@ -259,8 +260,16 @@ class ScaleSWEGrader(Grader):
         return self.ladder
 
     def protected_paths(self, task: Task) -> Sequence[str]:
-        patterns = task.grading.get("test_files")
-        return self.test_patterns if patterns is None else patterns
+        """``metadata.test_files`` (else the grader's ``test_patterns``), swepro's selected
+        test files, and the f2p file the grader writes itself."""
+        grading = task.grading
+        patterns = grading.get("test_files")
+        paths = list(self.test_patterns if patterns is None else patterns)
+        swepro = grading.get("swepro") or {}
+        paths += [literal_pattern(p) for p in swepro.get("selected_test_files", [])]
+        if grading.get("method") == "f2p_script":
+            paths.append(F2P_FILE)
+        return tuple(paths)
 
     async def evaluate(
         self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]
