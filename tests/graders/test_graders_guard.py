@@ -161,3 +161,13 @@ def test_guard_allow_is_read_from_the_row():
     row["metadata"]["guard_allow"] = "os-exit"
     with pytest.raises(ValueError, match=r"metadata\.guard_allow"):
         grader.parse_task(row)
+
+
+def test_docs_name_every_pattern_and_rule():
+    """docs/graders.md lists each guard pattern and each always-protected rule."""
+    from agentrl.graders.protection import INFRA_RULES
+
+    docs = (ROOT / "docs" / "graders.md").read_text()
+    missing = [p.name for p in PATTERNS if f"`{p.name}`" not in docs]
+    missing += [r.glob for r in INFRA_RULES if f"`{r.glob}`" not in docs]
+    assert missing == []

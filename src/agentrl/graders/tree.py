@@ -76,7 +76,7 @@ GIT_CONFIG: tuple[str, ...] = (
 
 _NO_WORKDIR = 90
 _NO_GIT = 91
-_STORE_FAILED = 92
+_NO_TOOLS = 94
 
 #: The bash functions of the store. ``W`` (the workdir) and ``S`` (the store) are set first.
 LIBRARY = r"""
@@ -92,6 +92,8 @@ for _d in $PATH; do
 done
 IFS=$_ifs; set +f; PATH=${{_p:-/usr/local/bin:/usr/bin:/bin}}; export PATH
 GIT=$(command -v git) || {{ echo 'git is not installed in the grading sandbox' >&2; exit {no_git}; }}
+{{ find . -maxdepth 0 -printf '' && sort -z < /dev/null && comm -z /dev/null /dev/null; }} \
+  > /dev/null 2>&1 || exit {no_tools}
 WT=$W; IDX=$S/index; DG=''
 g() {{
   env -i PATH="$PATH" HOME="$S/home" XDG_CONFIG_HOME="$S/home" LC_ALL=C \
@@ -217,6 +219,7 @@ snapshot() {{
 """.format(
     no_workdir=_NO_WORKDIR,
     no_git=_NO_GIT,
+    no_tools=_NO_TOOLS,
     config=" ".join(f"-c {shlex.quote(item)}" for item in GIT_CONFIG),
     attributes=ATTRIBUTES,
 )
@@ -312,6 +315,11 @@ class TreeStore:
             )
         if result.exit_code == _NO_GIT:
             raise SandboxError("git is not installed in the grading sandbox; grading needs it")
+        if result.exit_code == _NO_TOOLS:
+            raise SandboxError(
+                "the grading sandbox lacks GNU find or coreutils (find -printf, sort -z, "
+                "comm -z), which grading needs to snapshot the workdir; use an image with them"
+            )
         return result.exit_code, result.stdout, result.stderr
 
     async def read(self, name: str, missing: bytes | None = b"") -> bytes | None:
