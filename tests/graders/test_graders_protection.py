@@ -36,6 +36,7 @@ BASE = {
     "package.json": '{"name": "pkg", "scripts": {"test": "jest"}}\n',
     "run.sh": "#!/bin/sh\necho run\n",
     ".gitignore": "*.log\n",
+    ".gitattributes": "*.txt text eol=crlf\n*.log filter=lfs diff=lfs\n",
     "build.log": "ignored but still the grader's to compare\n",
     "docs/a b ü.txt": "docs\n",
 }

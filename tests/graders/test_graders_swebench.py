@@ -143,6 +143,13 @@ def test_protected_paths_are_what_git_reads_in_the_test_patch(task):
     assert not is_protected("semver_lite/version.py", example)
 
 
+def test_test_patch_paths_without_git_on_this_machine(tmp_path, monkeypatch):
+    """Without git on the host, the (dataset's) test patch's own headers are read."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    test_patch = "--- a/tests/only_here.py\n+++ b/tests/only_here.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert paths_in_test_patch(test_patch) == ("tests/only_here.py",)
+
+
 # -- reading real pytest output ----------------------------------------------------------
 
 

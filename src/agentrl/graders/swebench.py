@@ -164,15 +164,18 @@ def paths_in_test_patch(test_patch: str) -> tuple[str, ...]:
             "GIT_CEILING_DIRECTORIES": os.path.dirname(tmp),
         }
         for reverse in ((), ("-R",)):
-            result = subprocess.run(
-                ["git", "apply", "--numstat", "-z", *reverse, "-"],
-                input=test_patch.encode(),
-                capture_output=True,
-                env=env,
-                cwd=tmp,
-                timeout=60,
-                check=False,
-            )
+            try:
+                result = subprocess.run(
+                    ["git", "apply", "--numstat", "-z", *reverse, "-"],
+                    input=test_patch.encode(),
+                    capture_output=True,
+                    env=env,
+                    cwd=tmp,
+                    timeout=60,
+                    check=False,
+                )
+            except FileNotFoundError:  # no git here: the dataset's own headers, read plainly
+                return _header_paths(test_patch)
             if result.returncode != 0:
                 raise ValueError(
                     "git cannot read the instance's test_patch: "
@@ -182,6 +185,16 @@ def paths_in_test_patch(test_patch: str) -> tuple[str, ...]:
                 fields = record.split(b"\t", 2)
                 if len(fields) == 3 and fields[2]:
                     paths.setdefault(fields[2].decode("utf-8", errors="surrogateescape"), None)
+    return tuple(paths)
+
+
+def _header_paths(test_patch: str) -> tuple[str, ...]:
+    """The ``a/``/``b/`` paths of a test patch's ``---``/``+++`` and rename lines."""
+    paths: dict[str, None] = {}
+    for line in test_patch.splitlines():
+        for prefix in ("--- a/", "+++ b/", "rename from ", "rename to "):
+            if line.startswith(prefix):
+                paths.setdefault(line[len(prefix) :].split("\t", 1)[0], None)
     return tuple(paths)
 
 
