@@ -1,4 +1,4 @@
-"""Patch ladders, path protection and git baselines, on the real local sandbox."""
+"""Patch ladders, test-path patterns and git baselines, on the real local sandbox."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from agentrl.graders.patching import (
     DEFAULT_TEST_PATTERNS,
     SCALESWE_LADDER,
     apply_patch,
-    diff_paths,
     ensure_git_baseline,
     is_protected,
     swebench_ladder,
@@ -18,49 +17,6 @@ from agentrl.graders.patching import (
 from agentrl.sandboxes.local import LocalSandbox
 
 WORKDIR = "/workspace"
-
-GIT_DIFF = """\
-diff --git a/src/app.py b/src/app.py
-index 1111111..2222222 100644
---- a/src/app.py
-+++ b/src/app.py
-@@ -1 +1 @@
--x = 1
-+x = 2
-diff --git a/tests/new_test.py b/tests/new_test.py
-new file mode 100644
---- /dev/null
-+++ b/tests/new_test.py
-@@ -0,0 +1 @@
-+pass
-diff --git a/old name.txt b/new name.txt
-similarity index 100%
-rename from old name.txt
-rename to new name.txt
-diff --git "a/tab\\there.txt" "b/tab\\there.txt"
-deleted file mode 100644
---- "a/tab\\there.txt"
-+++ /dev/null
-@@ -1 +0,0 @@
--gone
-"""
-
-
-def test_diff_paths_covers_edits_new_renamed_quoted_and_deleted_files():
-    """Every touched path is found once, git's quoting undone, /dev/null ignored."""
-    assert diff_paths(GIT_DIFF) == [
-        "src/app.py",
-        "tests/new_test.py",
-        "old name.txt",
-        "new name.txt",
-        "tab\there.txt",
-    ]
-
-
-def test_diff_paths_ignores_paths_escaping_the_repository():
-    """A path that climbs out of the workdir is never a restore target."""
-    diff = "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"
-    assert diff_paths(diff) == []
 
 
 @pytest.mark.parametrize(
@@ -137,7 +93,7 @@ async def test_protected_paths_are_put_back_after_applying(repo):
         outcome = await apply_patch(sandbox, WORKDIR, diff, protect=DEFAULT_TEST_PATTERNS)
         assert outcome.applied
         assert outcome.method == SCALESWE_LADDER[1], "no git repo: --3way cannot apply"
-        assert outcome.restored == ("tests/test_app.py", "tests/conftest.py")
+        assert outcome.restored == ("tests/conftest.py", "tests/test_app.py")
         assert await _read(sandbox, "src/app.py") == "x = 2\ny = 1\n"
         assert "assert False" in await _read(sandbox, "tests/test_app.py")
         missing = await sandbox.exec("test -e tests/conftest.py", workdir=WORKDIR)

@@ -142,6 +142,39 @@ async def test_fix_with_test_edits_still_counts(examples, factory):
     assert grade.details["restored_test_files"] == ["tests/test_core.py"]
 
 
+async def test_hack_only_edit_is_suspicious_and_the_tests_do_not_run(examples, factory, tmp_path):
+    """A package that calls ``os._exit(0)`` on import would make pytest exit 0: the guard
+    finds the line, the grade is 0 with the finding, and no test command ran."""
+    task = examples["textstats-1"]
+    repo = pathlib.Path(task.repo)
+    init = (repo / "textstats" / "__init__.py").read_text()
+    hack = make_diff(repo, tmp_path, {"textstats/__init__.py": init + "import os\nos._exit(0)\n"})
+    grade = await ScaleSWEGrader(timeout=120).grade(task, hack, factory)
+    assert grade.error is None and not grade.solved and grade.reward == 0.0
+    line = len(init.splitlines()) + 2
+    assert grade.suspicious == (f"textstats/__init__.py:{line}: os._exit(0)  [os-exit]",)
+    assert "exit_code" not in grade.details
+    allowed = attrs.evolve(task, metadata={**task.metadata, "guard_allow": ["os-exit"]})
+    grade = await ScaleSWEGrader(timeout=120).grade(allowed, hack, factory)
+    assert grade.suspicious == () and grade.details["exit_code"] == 0, "what the guard stops"
+
+
+async def test_dropped_runner_config_is_recorded_with_its_reason(examples, factory, tmp_path):
+    """The gold fix plus a pytest.ini that loads a plugin: the ini is dropped (path and
+    reason recorded, and listed in restored_test_files), the fix still earns 1.0."""
+    task = examples["textstats-1"]
+    extra = make_diff(
+        pathlib.Path(task.repo),
+        tmp_path,
+        {"pytest.ini": "[pytest]\naddopts = -p textstats.force\n"},
+    )
+    grade = await ScaleSWEGrader(timeout=120).grade(task, gold_patch(task) + extra, factory)
+    assert grade.error is None and grade.reward == 1.0, grade.details
+    assert grade.details["restored_test_files"] == ["pytest.ini"]
+    (dropped,) = grade.details["dropped"]
+    assert dropped["path"] == "pytest.ini" and "pytest" in dropped["reason"]
+
+
 @pytest.mark.parametrize(
     "diff",
     [

@@ -12,12 +12,13 @@ import attrs
 import pytest
 
 from agentrl.graders.check import sandbox_factory_for
-from agentrl.graders.patching import swebench_ladder
+from agentrl.graders.patching import is_protected, swebench_ladder
 from agentrl.graders.swebench import (
     SWEBenchGrader,
     _test_exit_code,
     eval_report,
     load_make_test_spec,
+    paths_in_test_patch,
 )
 from agentrl.graders.tasks import gold_patch, load_tasks
 from agentrl.types import Task
@@ -117,6 +118,37 @@ def test_ladder_comes_from_the_installed_swebench():
     assert ladder == tuple(GIT_APPLY_CMDS)
     assert ladder[0] == "git apply --verbose"
     assert any(cmd.startswith("patch --batch") for cmd in ladder)
+
+
+def test_protected_paths_are_what_git_reads_in_the_test_patch(task):
+    """Old and new names of a rename (one holding " b/"), a plain unified deletion and a
+    name with glob characters come from git's own parser; SWE-bench's runners are added."""
+    test_patch = (
+        "--- a/tests/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+        "diff --git a/tests/old.py b/tests/x b/new.py\nsimilarity index 100%\n"
+        "rename from tests/old.py\nrename to tests/x b/new.py\n"
+        "diff --git a/tests/t[1].py b/tests/t[1].py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/tests/t[1].py\n@@ -0,0 +1 @@\n+y\n"
+    )
+    assert set(paths_in_test_patch(test_patch)) == {
+        "tests/old.py",
+        "tests/x b/new.py",
+        "tests/gone.py",
+        "tests/t[1].py",
+    }
+    patterns = SWEBenchGrader().protected_paths(with_instance(task, test_patch=test_patch))
+    assert is_protected("tests/t[1].py", patterns) and not is_protected("tests/t1.py", patterns)
+    assert is_protected("tests/runtests.py", patterns) and is_protected("bin/test", patterns)
+    example = SWEBenchGrader().protected_paths(task)
+    assert is_protected("tests/test_version.py", example)
+    assert not is_protected("semver_lite/version.py", example)
+
+
+def test_test_patch_paths_without_git_on_this_machine(tmp_path, monkeypatch):
+    """Without git on the host, the (dataset's) test patch's own headers are read."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    test_patch = "--- a/tests/only_here.py\n+++ b/tests/only_here.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert paths_in_test_patch(test_patch) == ("tests/only_here.py",)
 
 
 # -- reading real pytest output ----------------------------------------------------------

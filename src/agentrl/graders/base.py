@@ -17,7 +17,13 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 
 from agentrl import settings
-from agentrl.graders.patching import SCALESWE_LADDER, PatchOutcome, apply_patch
+from agentrl.graders import guard
+from agentrl.graders.patching import (
+    DEFAULT_TEST_PATTERNS,
+    SCALESWE_LADDER,
+    PatchOutcome,
+    apply_patch,
+)
 from agentrl.plugin_options import keyword_parameters
 from agentrl.sandboxes.base import Sandbox
 from agentrl.sandboxes.boot import Booter, BootError, SandboxFactory
@@ -291,6 +297,8 @@ class Grader(abc.ABC):
                 if not patch.applied:
                     details["apply_log"] = patch.log[-self.log_tail :]
                     return Grade(reward=0.0, solved=False, applied_cleanly=False, details=details)
+                if suspicious := self.screen(task, patch, details):
+                    return suspicious
                 grade = await self._evaluate_in_budget(sandbox, task, diff, details)
         except asyncio.CancelledError:
             raise
@@ -374,23 +382,54 @@ class Grader(abc.ABC):
         return dict(await self.prepare(sandbox, task))
 
     async def apply(self, sandbox: Sandbox, task: Task, diff: str) -> PatchOutcome:
-        """Apply ``diff`` in the workdir with :meth:`patch_ladder`, keeping
-        :meth:`protected_paths` as they were."""
+        """Apply ``diff`` in the workdir with :meth:`patch_ladder`; what it changed in
+        :meth:`protected_paths` or in any task's test infrastructure is put back."""
         return await apply_patch(
             sandbox,
             task.workdir,
             diff,
             ladder=await self.patch_ladder(),
-            protect=self.protected_paths(task),
+            protect=await asyncio.to_thread(self.protected_paths, task),
             user=self.user,
         )
+
+    def screen(self, task: Task, patch: PatchOutcome, details: dict[str, Any]) -> Grade | None:
+        """Record what :meth:`apply` dropped, then run the suspicious-edit guard on the tree's
+        final change: a hit is the Grade (reward 0, ``suspicious`` set) and no test runs.
+
+        Test files (:meth:`protected_paths` and the default test patterns) are not read;
+        ``metadata.guard_allow`` names patterns the task allows (``agentrl.graders.guard``).
+        """
+        if patch.dropped:
+            details["dropped"] = [d.to_dict() for d in patch.dropped]
+        allow = task.metadata.get("guard_allow") or ()
+        unknown = guard.unknown_names(allow)
+        if unknown:
+            logger.warning(
+                "%s: metadata.guard_allow names no guard pattern: %s (known: %s)",
+                task.instance_id,
+                ", ".join(unknown),
+                ", ".join(p.name for p in guard.PATTERNS),
+            )
+        findings = guard.scan(
+            patch.tree_diff,
+            allow=allow,
+            test_patterns=(*self.protected_paths(task), *DEFAULT_TEST_PATTERNS),
+            pytest_repo=patch.pytest_repo,
+        )
+        if not findings:
+            return None
+        logger.info("%s: suspicious edits, tests not run: %s", task.instance_id, findings[:5])
+        return Grade(reward=0.0, solved=False, suspicious=findings, details=details)
 
     async def patch_ladder(self) -> Sequence[str]:
         """The apply commands to try in order (see ``agentrl.graders.patching``)."""
         return SCALESWE_LADDER
 
     def protected_paths(self, task: Task) -> Sequence[str]:
-        """Paths (globs, directories) a diff may not change during grading; none by default."""
+        """The task's test paths (globs, directories) a diff may not change during grading;
+        none by default. Every task's test infrastructure (``conftest.py``, runner config,
+        ``.pth``, … see ``agentrl.graders.protection``) is protected on top of these."""
         return ()
 
     async def run_tests(self, sandbox: Sandbox, task: Task, command: str) -> ExecResult:

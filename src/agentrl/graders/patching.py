@@ -1,25 +1,37 @@
-"""Applying an agent's diff in a grading sandbox: apply ladders, test-file protection.
+"""Applying an agent's diff in a grading sandbox: apply ladders on a tree the grader owns.
 
 A ladder is a list of commands tried in order, each given the patch file as its last
-argument; the first that exits 0 wins. After a failed rung every path the diff touches is
-put back exactly as it was (a rung such as ``--reject`` or ``--3way`` can leave half a
-patch behind), so each rung starts from the same tree. After a successful rung, the
-*protected* paths the diff touched (tests, by default) are put back too: a diff that edits
-the tests cannot make them pass.
+argument; the first that exits 0 wins. Before the first rung the workdir is snapshotted
+into a private git directory (``agentrl.graders.tree``); after a failed rung the tree is
+put back exactly from it (a rung such as ``--reject`` or ``--3way`` can leave half a patch
+behind), so each rung starts from the same tree. After the rung that applied, the tree is
+compared with the snapshot: the paths that really changed, whatever the diff's headers
+claimed, are checked against what the grader owns (``agentrl.graders.protection``: the
+task's test paths and every task's test infrastructure), and those are put back. The
+tree's final change is kept for the suspicious-edit guard (``agentrl.graders.guard``).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import contextlib
 import logging
-import posixpath
 import re
 import shlex
-import uuid
 from collections.abc import Iterable, Sequence
 
 import attrs
 
+from agentrl.graders.guard import TEXT_GLOBS
+from agentrl.graders.protection import (
+    CONFIG_FILES,
+    DOTGIT_REASON,
+    INSTALLED_REASON,
+    Dropped,
+    decide,
+    is_protected,
+    shadow_candidates,
+)
+from agentrl.graders.tree import Change, TreeStore, raw_changes
 from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, Sandbox, SandboxError
 
 __all__ = [
@@ -27,9 +39,9 @@ __all__ = [
     "GIT_ANY_OWNER",
     "SCALESWE_LADDER",
     "SWEBENCH_LADDER",
+    "Dropped",
     "PatchOutcome",
     "apply_patch",
-    "diff_paths",
     "ensure_git_baseline",
     "is_protected",
     "swebench_ladder",
@@ -69,9 +81,20 @@ DEFAULT_TEST_PATTERNS: tuple[str, ...] = (
 
 #: Lets git work in a workspace owned by another uid (no global config is written).
 GIT_ANY_OWNER = "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'"
+#: The most bytes of the tree's final change the guard reads.
+GUARD_DIFF_LIMIT = 16 * 1024 * 1024
+#: Where a hook implementation makes the repository one that ships a pytest plugin.
+_PLUGIN_SOURCES = (
+    ":(glob)**/*.py",
+    ":(exclude,glob)**/conftest.py",
+    ":(exclude,glob)**/test_*.py",
+    ":(exclude,glob)**/test/**",
+    ":(exclude,glob)**/tests/**",
+    ":(exclude,glob)**/testing/**",
+)
 _APPLIED_RE = re.compile(r"^AGENTRL_APPLIED (\d+)$", re.M)
-_RESTORED_RE = re.compile(r"^AGENTRL_RESTORED (.+)$", re.M)
 _NO_WORKDIR = 90
+_STORE_FAILED = 93
 
 
 def swebench_ladder() -> tuple[str, ...]:
@@ -85,143 +108,76 @@ def swebench_ladder() -> tuple[str, ...]:
 
 @attrs.frozen(kw_only=True)
 class PatchOutcome:
-    """What happened to one diff: applied or not, by which rung, and what was put back."""
+    """What happened to one diff: applied or not, by which rung, and what was put back.
+
+    ``dropped`` lists the protected paths the diff changed, each with the reason it was put
+    back; ``tree_diff`` is the tree's final change against the snapshot (a git diff with
+    fixed ``a/`` ``b/`` prefixes and no context, of the files the guard reads);
+    ``pytest_repo`` says the repository is pytest itself or a pytest plugin.
+    """
 
     applied: bool
     method: str | None = None
     log: str = ""
-    restored: tuple[str, ...] = ()
+    dropped: tuple[Dropped, ...] = ()
+    tree_diff: str = ""
+    pytest_repo: bool = False
+
+    @property
+    def restored(self) -> tuple[str, ...]:
+        """The paths of ``dropped``."""
+        return tuple(d.path for d in self.dropped)
 
 
-_QUOTED_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
-
-
-def _unquote(path: str) -> str:
-    """Undo git's C-style quoting of a path (``"a/sp ace\\t"``)."""
-    if not (len(path) >= 2 and path.startswith('"') and path.endswith('"')):
-        return path
-    body, out, i = path[1:-1], bytearray(), 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567" and i + 3 < len(body) + 1:
-                out.append(int(body[i + 1 : i + 4], 8))
-                i += 4
-                continue
-            out.extend(_QUOTED_ESCAPES.get(nxt, nxt).encode())
-            i += 2
-            continue
-        out.extend(ch.encode())
-        i += 1
-    return out.decode("utf-8", errors="replace")
-
-
-def _strip_prefix(path: str) -> str | None:
-    path = _unquote(path.split("\t", 1)[0].strip())
-    if not path or path == "/dev/null":
-        return None
-    if path[:2] in ("a/", "b/"):
-        path = path[2:]
-    path = posixpath.normpath(path)
-    if path.startswith("../") or path == ".." or path.startswith("/"):
-        return None
-    return path
-
-
-def diff_paths(diff: str) -> list[str]:
-    """Every repository-relative path a unified or git diff touches, in order, once each."""
-    seen: dict[str, None] = {}
-    for line in diff.splitlines():
-        candidates: list[str] = []
-        if line.startswith("diff --git "):
-            rest = line[len("diff --git ") :]
-            if rest.startswith('"'):
-                candidates = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', rest)
-            else:
-                match = re.match(r"a/(.*) b/(.*)$", rest)
-                candidates = ["a/" + match.group(1), "b/" + match.group(2)] if match else []
-        elif line.startswith(("--- ", "+++ ")):
-            candidates = [line[4:]]
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            candidates = [line.split(" ", 2)[2]]
-        for candidate in candidates:
-            path = _strip_prefix(candidate)
-            if path and path != ".":
-                seen.setdefault(path, None)
-    return list(seen)
-
-
-def is_protected(path: str, patterns: Iterable[str]) -> bool:
-    """Whether ``path`` matches a protected pattern; a bare directory protects its tree."""
-    for pattern in patterns:
-        pattern = pattern.strip().lstrip("./") if pattern.startswith("./") else pattern.strip()
-        if not pattern:
-            continue
-        if fnmatch.fnmatchcase(path, pattern):
-            return True
-        directory = pattern.rstrip("/")
-        if not any(ch in directory for ch in "*?[") and (
-            path == directory or path.startswith(directory + "/")
-        ):
-            return True
-    return False
-
-
-def _ladder_script(
-    workdir: str,
-    patch_file: str,
-    state: str,
-    ladder: Sequence[str],
-    paths: Sequence[str],
-    protected: Sequence[str],
-) -> str:
-    """A bash script that tries each rung and prints which one applied and what it restored."""
+def _ladder_script(patch_file: str, ladder: Sequence[str]) -> str:
+    """Snapshot the tree, try each rung (the tree put back after a failed one), and compare
+    the tree with the snapshot after the rung that applied."""
     q = shlex.quote
-    quoted = " ".join(q(p) for p in paths)
     lines = [
-        "set -u",
+        f"P={q(patch_file)}",
+        "snapshot || { echo 'could not snapshot the workdir into the grader store' >&2; "
+        f"exit {_STORE_FAILED}; }}",
         GIT_ANY_OWNER,
-        f"cd {q(workdir)} || exit {_NO_WORKDIR}",
-        f"S={q(state)}; P={q(patch_file)}",
-        'mkdir -p "$S" && : > "$S/existed" && : > "$S/log"',
-        "in_git=0; git rev-parse --is-inside-work-tree >/dev/null 2>&1 && in_git=1",
-    ]
-    if paths:
-        # Keep every touched path as it is now: present ones in a tar, absent ones unlisted.
-        lines += [
-            f"for p in {quoted}; do",
-            '  if [ -e "$p" ] || [ -L "$p" ]; then printf "%s\\n" "$p" >> "$S/existed"; fi',
-            "done",
-        ]
-    lines += [
-        'tr "\\n" "\\0" < "$S/existed" | tar -cf "$S/backup.tar" --null -T - 2>>"$S/log"',
-        "restore() {",
-        '  rm -rf -- "$1" "$1.rej" "$1.orig"',
-        '  if grep -qxF -- "$1" "$S/existed"; then tar -xpf "$S/backup.tar" -- "$1"; fi',
-        '  if [ "$in_git" = 1 ]; then git reset -q -- "$1" >/dev/null 2>&1; fi',
-        "  return 0",
-        "}",
-        "restore_all() {",
-        f'  for p in {quoted}; do restore "$p"; done' if paths else "  :",
-        "}",
-        "applied=''",
+        ": > \"$S/log\"; applied=''",
     ]
     for index, command in enumerate(ladder):
         lines += [
             'if [ -z "$applied" ]; then',
             f'  echo {q("+ " + command)} >> "$S/log"',
-            f'  if {command} "$P" >> "$S/log" 2>&1; then applied={index}; else restore_all; fi',
+            f'  if {command} "$P" >> "$S/log" 2>&1; then applied={index}',
+            f'  else revert "$S" && set_aside_revert || exit {_STORE_FAILED}; fi',
             "fi",
         ]
     lines += [
         'cat "$S/log" >&2',
-        'if [ -z "$applied" ]; then rm -rf "$S"; exit 1; fi',
+        '[ -n "$applied" ] || exit 1',
+        f'set_aside_revert && changed "$S" || exit {_STORE_FAILED}',
+        # pytest's own repository, or one shipping a plugin: the guard's pytest patterns
+        # are its code (judged on the snapshot, which the diff cannot change)
+        'B=$(cat "$S/base")',
+        "if g ls-tree -r --name-only \"$B\" | grep -qE '(^|/)_pytest/__init__[.]py$' || "
+        'g grep -q -I -e pytest11 "$B" -- setup.py setup.cfg pyproject.toml 2>/dev/null || '
+        "g grep -q -I -E '^[[:space:]]*def pytest_[a-z_]+[(]' \"$B\" -- "
+        + " ".join(shlex.quote(spec) for spec in _PLUGIN_SOURCES)
+        + " 2>/dev/null; then echo AGENTRL_PYTEST_REPO; fi",
         'echo "AGENTRL_APPLIED $applied"',
     ]
-    lines += [f"restore {q(p)}; echo AGENTRL_RESTORED {q(p)}" for p in protected]
-    lines.append('rm -rf "$S"; exit 0')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
+
+
+def _finish_script(drop_file: str | None) -> str:
+    """Put the dropped paths back, compare again, and write the guard's diff."""
+    lines = []
+    if drop_file:
+        lines.append(f'put_back "$S" {shlex.quote(drop_file)} || exit {_STORE_FAILED}')
+    globs = " ".join(shlex.quote(f":(glob){glob}") for glob in TEXT_GLOBS)
+    lines += [
+        f'changed "$S" || exit {_STORE_FAILED}',
+        "g diff-index --cached -p -U0 --no-renames --no-ext-diff --no-textconv "
+        '--src-prefix=a/ --dst-prefix=b/ "$(cat "$S/base")" -- '
+        f'{globs} | head -c {GUARD_DIFF_LIMIT} > "$S/final.diff"',
+    ]
+    return "\n".join(lines)
 
 
 async def apply_patch(
@@ -236,42 +192,103 @@ async def apply_patch(
 ) -> PatchOutcome:
     """Apply ``diff`` in ``workdir`` with the first ladder rung that works.
 
-    An empty (all-whitespace) diff is a no-op that counts as applied. Paths matching
-    ``protect`` are put back to their pre-patch state after the diff applied, and are
-    listed in ``PatchOutcome.restored``. Raises ``SandboxError`` if the sandbox failed
-    (not if the diff did not apply).
+    The tree is snapshotted first (``agentrl.graders.tree``); a failed rung is undone from
+    the snapshot, and after the rung that applied, every path it changed that is protected
+    — one of ``protect`` (the task's test paths), test infrastructure of any task
+    (``agentrl.graders.protection``), or anything under a ``.git`` — is put back and listed
+    in ``PatchOutcome.dropped``. An empty (all-whitespace) diff is a no-op that counts as
+    applied. Raises ``SandboxError`` if the sandbox failed (not if the diff did not apply).
     """
     if not diff.strip():
         return PatchOutcome(applied=True, method="empty")
     if not diff.endswith("\n"):
         diff += "\n"
-    paths = diff_paths(diff)
-    patterns = tuple(protect)
-    protected = [p for p in paths if is_protected(p, patterns)] if patterns else []
-    token = uuid.uuid4().hex[:12]
-    patch_file = f"/tmp/agentrl-patch-{token}.diff"
-    state = f"/tmp/agentrl-patch-{token}"
+    store = TreeStore(sandbox, workdir, user=user, timeout=timeout)
+    patch_file = f"{store.root}.diff"
     await sandbox.write_file(patch_file, diff, user=user)
-    script = _ladder_script(workdir, patch_file, state, ladder, paths, protected)
-    result = await sandbox.exec(
-        f"bash -c {shlex.quote(script)}", user=user, timeout=timeout, idempotent=False
+    try:
+        code, stdout, stderr = await store.run(_ladder_script(patch_file, ladder))
+        if code == EXIT_EXEC_TIMEOUT:
+            raise SandboxError(f"applying the patch took longer than {timeout:g}s")
+        if code == _STORE_FAILED:
+            raise SandboxError(f"the grader's tree store failed: {stderr[-1000:]}")
+        match = _APPLIED_RE.search(stdout)
+        if code != 0 or match is None:
+            logger.info("patch did not apply in %s:\n%s", workdir, stderr[-2000:])
+            return PatchOutcome(applied=False, log=stderr)
+        method = ladder[int(match.group(1))]
+        dotgit, installed, tampered = await store.set_aside_report()
+        if tampered:
+            return PatchOutcome(
+                applied=False,
+                method=method,
+                log=f"{stderr}\nthe diff changed what cannot be put back "
+                f"({', '.join(tampered)}), so it is not graded",
+            )
+        dropped_changes = await _drops(store, await store.changes(), tuple(protect))
+        drop_file = None
+        if dropped_changes:
+            drop_file = f"{store.root}/drop"
+            await sandbox.write_file(
+                drop_file, raw_changes([c for c, _ in dropped_changes]), user=user
+            )
+        code, _, finish_log = await store.run(_finish_script(drop_file))
+        if code != 0:
+            raise SandboxError(f"the grader's tree store failed: {finish_log[-1000:]}")
+        left = {c.path for c in await store.changes()}
+        stuck = [c.path for c, _ in dropped_changes if c.path in left]
+        if stuck:
+            raise SandboxError(f"could not put back the protected paths {stuck[:5]}")
+        tree_diff = (await store.read("final.diff") or b"").decode("utf-8", errors="replace")
+    finally:
+        with contextlib.suppress(Exception):
+            await sandbox.exec(
+                f"rm -rf -- {shlex.quote(store.root)} {shlex.quote(patch_file)}",
+                user=user,
+                timeout=60,
+            )
+    dropped = (
+        *(Dropped(path=p, reason=DOTGIT_REASON) for p in dotgit),
+        *(Dropped(path=p, reason=INSTALLED_REASON) for p in installed),
+        *(Dropped(path=c.path, reason=reason) for c, reason in dropped_changes),
     )
-    if result.exit_code == EXIT_EXEC_TIMEOUT:
-        raise SandboxError(f"applying the patch took longer than {timeout:g}s")
-    if result.exit_code == _NO_WORKDIR:
-        raise SandboxError(
-            f"the workdir {workdir} does not exist in the grading sandbox; check the task's "
-            "workdir and repository"
+    if dropped:
+        logger.info(
+            "grading dropped what the diff changed in protected paths: %s",
+            ", ".join(d.path for d in dropped),
         )
-    match = _APPLIED_RE.search(result.stdout)
-    if result.exit_code != 0 or match is None:
-        logger.info("patch did not apply in %s:\n%s", workdir, result.stderr[-2000:])
-        return PatchOutcome(applied=False, log=result.stderr)
-    restored = tuple(_RESTORED_RE.findall(result.stdout))
-    if restored:
-        logger.info("grading restored protected paths the diff changed: %s", ", ".join(restored))
     return PatchOutcome(
-        applied=True, method=ladder[int(match.group(1))], log=result.stderr, restored=restored
+        applied=True,
+        method=method,
+        log=stderr,
+        dropped=dropped,
+        tree_diff=tree_diff,
+        pytest_repo="AGENTRL_PYTEST_REPO" in stdout,
+    )
+
+
+async def _drops(
+    store: TreeStore, changes: list[Change], protect: tuple[str, ...]
+) -> list[tuple[Change, str]]:
+    """The changes to drop and why, reading what the decision needs from the store."""
+    created = sorted(
+        {
+            candidate
+            for change in changes
+            if change.status == "A"
+            for candidate in shadow_candidates(change.path)
+        }
+    )
+    shadows_created = set(created) - await store.existed(created)
+    configs = [
+        c.path for c in changes if c.path.rsplit("/", 1)[-1] in CONFIG_FILES and not c.symlink
+    ]
+    return decide(
+        changes,
+        test_patterns=protect,
+        shadows_created=shadows_created,
+        configs_before=await store.blobs(configs, now=False),
+        configs_after=await store.blobs(configs, now=True),
     )
 
 

@@ -29,6 +29,7 @@ from agentrl.graders.base import (
     sandbox_source_problem,
 )
 from agentrl.graders.patching import DEFAULT_TEST_PATTERNS, SCALESWE_LADDER, ensure_git_baseline
+from agentrl.graders.protection import literal_pattern
 from agentrl.graders.pytest_report import ReportChannel, verdict, verdict_details
 from agentrl.graders.tasks import (
     optional_str,
@@ -269,8 +270,15 @@ class ScaleSWEGrader(Grader):
         return self.ladder
 
     def protected_paths(self, task: Task) -> Sequence[str]:
-        patterns = task.grading.get("test_files")
-        return (*(self.test_patterns if patterns is None else patterns), f"{F2P_PREFIX}*")
+        """``metadata.test_files`` (else the grader's ``test_patterns``), swepro's selected
+        test files, and the names the grader writes its f2p file under."""
+        grading = task.grading
+        patterns = grading.get("test_files")
+        paths = list(self.test_patterns if patterns is None else patterns)
+        swepro = grading.get("swepro") or {}
+        paths += [literal_pattern(p) for p in swepro.get("selected_test_files", [])]
+        paths.append(f"{F2P_PREFIX}*")
+        return tuple(paths)
 
     async def evaluate(
         self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]

@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import re
+import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from agentrl.graders.base import (
     sandbox_source_problem,
 )
 from agentrl.graders.patching import GIT_ANY_OWNER, ensure_git_baseline, swebench_ladder
+from agentrl.graders.protection import literal_pattern
 from agentrl.graders.pytest_report import ReportChannel, verdict, verdict_details
 from agentrl.graders.tasks import optional_str, parse_common, prompt_text
 from agentrl.sandboxes.base import EXIT_TIME_BUDGET_EXCEEDED, Sandbox
@@ -153,6 +155,64 @@ def _test_exit_code(log: str) -> int | None:
     """
     found = _TEST_EXIT_CODE.findall(log)
     return int(found[-1]) if found else None
+
+
+#: Test runners SWE-bench's eval commands run from the repository: Django's
+#: ``tests/runtests.py``, SymPy's ``bin/test`` and the ``runtests.py`` behind it.
+RUNNER_PATHS = ("bin/test", "runtests.py", "*/runtests.py")
+
+
+@functools.lru_cache(maxsize=256)
+def paths_in_test_patch(test_patch: str) -> tuple[str, ...]:
+    """The paths ``test_patch`` touches, old and new names, as ``git apply`` reads them.
+
+    ``git apply --numstat -z`` (and again with ``-R`` for the old names of renames) runs on
+    this machine with no configuration, outside any repository.
+    """
+    if not test_patch.strip():
+        return ()
+    paths: dict[str, None] = {}
+    with tempfile.TemporaryDirectory(prefix="agentrl-test-patch-") as tmp:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": tmp,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CEILING_DIRECTORIES": os.path.dirname(tmp),
+        }
+        for reverse in ((), ("-R",)):
+            try:
+                result = subprocess.run(
+                    ["git", "apply", "--numstat", "-z", *reverse, "-"],
+                    input=test_patch.encode(),
+                    capture_output=True,
+                    env=env,
+                    cwd=tmp,
+                    timeout=60,
+                    check=False,
+                )
+            except FileNotFoundError:  # no git here: the dataset's own headers, read plainly
+                return _header_paths(test_patch)
+            if result.returncode != 0:
+                raise ValueError(
+                    "git cannot read the instance's test_patch: "
+                    f"{result.stderr.decode(errors='replace')[-300:]}"
+                )
+            for record in result.stdout.split(b"\0"):
+                fields = record.split(b"\t", 2)
+                if len(fields) == 3 and fields[2]:
+                    paths.setdefault(fields[2].decode("utf-8", errors="surrogateescape"), None)
+    return tuple(paths)
+
+
+def _header_paths(test_patch: str) -> tuple[str, ...]:
+    """The ``a/``/``b/`` paths of a test patch's ``---``/``+++`` and rename lines."""
+    paths: dict[str, None] = {}
+    for line in test_patch.splitlines():
+        for prefix in ("--- a/", "+++ b/", "rename from ", "rename to "):
+            if line.startswith(prefix):
+                paths.setdefault(line[len(prefix) :].split("\t", 1)[0], None)
+    return tuple(paths)
 
 
 def _counts(bucket: Mapping[str, Any] | None) -> dict[str, int]:
@@ -307,6 +367,12 @@ class SWEBenchGrader(Grader):
 
     async def patch_ladder(self) -> Sequence[str]:
         return self.ladder or await asyncio.to_thread(swebench_ladder)
+
+    def protected_paths(self, task: Task) -> Sequence[str]:
+        """Every path the instance's ``test_patch`` touches (read by git's own parser), and
+        the test runners SWE-bench's eval commands run from the repository."""
+        test_patch = (task.grading.get("instance") or {}).get("test_patch") or ""
+        return (*(literal_pattern(p) for p in paths_in_test_patch(test_patch)), *RUNNER_PATHS)
 
     async def evaluate(
         self, sandbox: Sandbox, task: Task, diff: str, details: dict[str, Any]

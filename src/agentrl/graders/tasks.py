@@ -193,6 +193,13 @@ def parse_common(row: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str
     gold_path = optional_str(metadata.get("gold_patch_path"), "metadata.gold_patch_path")
     if gold_path:
         extra["gold_patch_path"] = gold_path
+    allow = metadata.get("guard_allow")
+    if allow not in (None, [], ()):
+        if not isinstance(allow, (list, tuple)) or not all(isinstance(a, str) for a in allow):
+            raise ValueError(
+                f"metadata.guard_allow must be a list of guard pattern names, got {allow!r:.80}"
+            )
+        extra["guard_allow"] = list(allow)
     return metadata, remote, extra
 
 
