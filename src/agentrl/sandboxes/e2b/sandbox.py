@@ -240,22 +240,12 @@ class E2BSandbox(Sandbox):
             self._handle = None
 
     async def lost_externally(self, error: BaseException) -> bool:
-        """True when the provider, not the agent, ended the sandbox: our own teardown began,
-        or the E2B API says the sandbox no longer exists (killed from outside or its
-        lifetime ran out; nothing inside holds an API key, and the unprivileged agent
-        cannot stop its VM). An envd that stopped answering is not such evidence: an agent
-        that exhausts its VM's memory can cause that. An image giving the agent root (sudo)
-        could forge a stopped VM."""
-        if self._handle is None:
-            return True
-        seen: set[int] = set()
-        current: BaseException | None = error
-        while current is not None and id(current) not in seen:
-            seen.add(id(current))
-            if isinstance(current, SandboxGoneError):
-                return True
-            current = current.__cause__ or current.__context__
-        return False
+        """True on our teardown, or when the E2B API says the sandbox is gone (the agent has
+        no API key and cannot stop its VM); a mute envd is no evidence (an OOM does that)."""
+        cause, depth = error, 0
+        while cause is not None and not isinstance(cause, SandboxGoneError) and depth < 16:
+            cause, depth = cause.__cause__ or cause.__context__, depth + 1
+        return self._handle is None or isinstance(cause, SandboxGoneError)
 
     # -- retry core ------------------------------------------------------------------------
     def _started(self) -> Any:
