@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import sys
 
 import pytest
 
@@ -129,3 +130,15 @@ def test_bwrap_command_line_binds_what_the_options_name(tmp_path):
     assert "--setenv AGENTRL_SERVICE_PORTS 8000" in joined
     assert args[-6:] == ["--remount-ro", "/", "--chdir", "/", "sh", "/.agentrl/bin/init.sh"]
     assert isinstance(mounts.state, pathlib.Path)
+
+
+def test_host_python_through_a_linked_venv_directory_is_on_path(tmp_path):
+    """A venv reached through a linked directory (``work/.venv -> real/.venv``): PATH names
+    the real bin directory, the one bound into the sandbox, so ``python`` is found there."""
+    real_bin = tmp_path / "real" / ".venv" / "bin"
+    real_bin.mkdir(parents=True)
+    (real_bin / "python").symlink_to(sys.executable)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / ".venv").symlink_to(tmp_path / "real" / ".venv")
+    options = host_python_options(str(tmp_path / "work" / ".venv" / "bin" / "python"))
+    assert options["env"]["PATH"].split(":")[0] == str(real_bin.resolve())

@@ -68,7 +68,9 @@ def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
         # A prefix under a system directory, or under one bound already, is visible anyway.
         if not (prefix + "/").startswith((*system_dirs, *(b + "/" for b in binds))):
             binds[prefix] = prefix
-    path = f"{os.path.dirname(executable)}:{DEFAULT_PATH}"
+    # The directory resolved (a venv reached through a linked directory is bound at its
+    # real path), the interpreter not (a venv's python links to the base one).
+    path = f"{os.path.realpath(os.path.dirname(executable))}:{DEFAULT_PATH}"
     return {"ro_binds": binds, "env": {"PATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
 
 
