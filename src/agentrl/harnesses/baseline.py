@@ -7,7 +7,9 @@ can rewrite). :func:`store_script` builds it as root before the agent runs, unde
 unprivileged agent can read it but neither write, rename nor remove anything in it: a
 fresh git dir (``HEAD``, ``objects``, ``refs``, nothing else: no config file), the
 baseline tree's objects in one pack, the index the snapshot left (its stat data spares
-the capture a rehash of unchanged files) and the work tree's path.
+the capture a rehash of unchanged files) and the work tree's path. Stat data can only
+hide a change (an agent that forges a file's mtime back within the second the baseline
+was taken), never make one up.
 
 :func:`capture_script` runs as the agent user after :func:`kill_script` (as root) has
 killed every process of that user and made a fresh scratch directory for it: a new git
@@ -287,7 +289,10 @@ def capture_script(
             'rm -rf "$S/git" "$S/home"\n',
             _git_dir("$S/git", ignore),
             'mkdir "$S/home"\n',
+            # With its own mtime: git re-reads every file changed in the second the
+            # index was written ("racily clean"); a copy dated now would trust their stat.
             'cp "$R/index" "$S/index"\n',
+            'touch -r "$R/index" "$S/index"\n',
             _git_env("$S/git", "$S/index", "$S/home"),
             'export GIT_ALTERNATE_OBJECT_DIRECTORIES="$R/git/objects"\n',
             f"G cat-file -e {shlex.quote(tree + '^{tree}')} 2>/dev/null || exit {_STORE_GONE}\n",
