@@ -96,15 +96,15 @@ DIFF_OPTIONS = (
     "--src-prefix=a/ --dst-prefix=b/ --ignore-submodules=all --unified=3"
 )
 
-#: Exit codes of the scripts, and what they mean.
+_WORKDIR_GONE, _STORE_GONE, _TOO_DEEP, _SURVIVORS, _NO_SCRATCH = 81, 83, 84, 86, 87
+#: Exit codes of the kill and capture scripts, and what they mean.
 CAPTURE_EXITS = {
-    81: "the workdir is gone or cannot be entered",
-    83: "the private baseline store is gone or damaged",
-    84: "the workspace nests git repositories too deep",
-    85: "the capture's scratch directory is not usable",
-    86: "processes of the agent user survived being killed",
+    _WORKDIR_GONE: "the workdir is gone or cannot be entered",
+    _STORE_GONE: "the private baseline store is gone or damaged",
+    _TOO_DEEP: "the workspace nests git repositories too deep",
+    _SURVIVORS: "processes of the agent user survived being killed",
+    _NO_SCRATCH: "the capture's scratch directory is not usable",
 }
-_WORKDIR_GONE, _STORE_GONE, _TOO_DEEP, _NO_SCRATCH, _SURVIVORS = sorted(CAPTURE_EXITS)
 #: How many levels of nested repositories the snapshot walks into.
 MAX_NESTING = 64
 
