@@ -108,19 +108,21 @@ def assert_trains_with_zero_reward(result: RolloutResult, sandboxes: Sandboxes) 
 HOSTILE_COMMANDS = {
     # Kills the CLI and the sandbox's init with it: the sandbox is gone mid-run.
     "kill-every-process": ("kill -9 -1", Outcome.AGENT_ERROR),
-    # No repository, no baseline: no diff to take.
-    "remove-git": ("rm -rf /workspace/.git", Outcome.AGENT_ERROR),
-    # Its cwd unreadable, Claude Code's tools fail and it ends its turn: nothing to diff,
-    # unsolved (its exit is seen at once, not left to the budget).
+    # The diff comes from the private baseline, not the repository: still taken (empty).
+    "remove-git": ("rm -rf /workspace/.git", Outcome.UNSOLVED),
+    # Its cwd unreadable, Claude Code's tools fail and it ends its turn (its exit is seen at
+    # once, not left to the budget); the capture makes the agent's own directories
+    # enterable again (git keeps no such modes): an empty diff, unsolved.
     "chmod-000-workspace": ("chmod -R 000 .", Outcome.UNSOLVED),
-    # Root reads the files anyway; git keeps no such modes: an empty diff, unsolved.
+    # Files made readable again by the capture, for the same reason: unsolved.
     "chmod-000-every-file": ("find . -mindepth 1 -depth -exec chmod 000 {} +", Outcome.UNSOLVED),
     # Claude Code refuses ``rm -rf /workspace/*`` and ``cd / && rm -rf /workspace``; a
-    # policy finds the spelling it lets through (the mount point itself stays).
-    "delete-workdir-contents": ("find /workspace -mindepth 1 -delete", Outcome.AGENT_ERROR),
+    # policy finds the spelling it lets through (the mount point itself stays). The diff
+    # deletes every file, and is graded: unsolved.
+    "delete-workdir-contents": ("find /workspace -mindepth 1 -delete", Outcome.UNSOLVED),
     "delete-workdir": (
         "python3 -c 'import shutil; shutil.rmtree(\"/workspace\")'",
-        Outcome.AGENT_ERROR,
+        Outcome.UNSOLVED,
     ),
 }
 
@@ -198,7 +200,8 @@ async def test_a_sandbox_the_backend_says_it_lost_is_an_infra_error(
             return True
 
     sandboxes = Sandboxes(middleware, cls=ReapedSandbox)
-    scripted_engine.queue(bash("rm -rf /workspace/.git"))
+    # The local sandbox's agent shares root's host uid: it can lock the private baseline.
+    scripted_engine.queue(bash("chmod 000 /tmp/agentrl-baseline"))
     scripted_engine.queue("Done.")
     result = await rollout(task, sandboxes, middleware)
 

@@ -96,7 +96,8 @@ SCRIPTS = {
     "solve-1": (claude_solution(), Outcome.SOLVED),
     "solve-2": (claude_solution(), Outcome.SOLVED),
     "kill-all": ([_bash("kill -9 -1"), "Done."], Outcome.AGENT_ERROR),
-    "remove-git": ([_bash("rm -rf /workspace/.git"), "Done."], Outcome.AGENT_ERROR),
+    # The diff is taken from the private baseline: still there, empty.
+    "remove-git": ([_bash("rm -rf /workspace/.git"), "Done."], Outcome.UNSOLVED),
     "flood-output": ([_bash("yes | head -c 30000000; echo"), "Done."], Outcome.UNSOLVED),
     "hit-middleware": ([_bash(_HIT_MIDDLEWARE), "Done."], Outcome.UNSOLVED),
     "fill-shm": (

@@ -32,13 +32,15 @@ async def counted(tmp_path):
 
 async def test_a_workdir_that_does_not_exist_is_made_by_the_statement_write(counted):
     """Without pre-commands no `mkdir` exec runs: writing the problem statement makes the
-    workdir; the agent's account is checked in the snapshot's exec (five execs in all)."""
+    workdir; the agent's account is checked in the snapshot's exec, the private store is
+    built in one more after the hand-over (six execs in all)."""
     task = Task(instance_id="t-new", problem_statement="Do it.", workdir="/tmp/new/ws")
     baseline = await prepare_workspace(counted, task)
-    assert len(counted.calls) == 5
+    assert len(counted.calls) == 6
     assert not any(cmd.startswith("mkdir -p /tmp/new/ws") for cmd in counted.calls)
     assert sum("useradd" in cmd for cmd in counted.calls) == 1
     assert sum("commit-tree" in cmd for cmd in counted.calls) == 1
+    assert sum("pack-objects" in cmd for cmd in counted.calls) == 1
     statement = await counted.read_file("/tmp/new/ws/PROBLEM_STATEMENT.md", user="agent")
     assert statement == "Do it."
     assert await capture_diff(counted, "/tmp/new/ws", baseline, ("PROBLEM_STATEMENT.md",)) == ""
@@ -60,17 +62,18 @@ async def test_pre_commands_still_run_in_a_made_workdir_before_the_statement(cou
 
 
 async def test_an_empty_diff_is_not_read_back(counted):
-    """A diff of 0 bytes is "" at once: no read of the diff file follows the capture."""
+    """A diff of 0 bytes is "" at once: no read of the diff file follows the capture (one
+    exec as root that stops the agent's processes, one as the agent that takes the diff)."""
     task = Task(instance_id="t-empty", problem_statement="x")
     baseline = await prepare_workspace(counted, task)
     counted.calls.clear()
     assert await capture_diff(counted, "/workspace", baseline, ("PROBLEM_STATEMENT.md",)) == ""
-    assert len(counted.calls) == 1
+    assert len(counted.calls) == 2
     await counted.exec("echo 'VALUE = 2' > /workspace/mod.py", user="agent")
     counted.calls.clear()
     diff = await capture_diff(counted, "/workspace", baseline, ("PROBLEM_STATEMENT.md",))
     assert "+VALUE = 2" in diff
-    assert len(counted.calls) == 2
+    assert len(counted.calls) == 3
 
 
 async def test_an_agent_account_that_cannot_be_made_fails_the_snapshot_clearly(counted):

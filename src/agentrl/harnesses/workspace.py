@@ -1,11 +1,15 @@
 """The agent's workspace: prepare it before a run, and read back what the agent changed.
 
-The baseline is a git commit of the workspace as the agent receives it (after the task's
-``pre_commands``), built through a private index so the repository's own index, HEAD and
-branches are untouched, and pinned by ``refs/agentrl/baseline``. The diff is taken the
-same way after the run: every file the agent created, changed or deleted, binary files
-included, relative to that baseline (so an agent that commits or stages its work is still
-seen), minus the problem statement, harness files and tool caches.
+Preparing snapshots the workspace as the agent receives it (after the task's
+``pre_commands``) twice: as a commit in the repository itself, built through a private
+index and pinned by ``refs/agentrl/baseline`` (so the agent finds a sane repository, its
+index, HEAD and branches untouched), and into the private baseline store of
+:mod:`agentrl.harnesses.baseline`, out of the agent's reach. The diff is taken from the
+store alone, as the agent user, with a fixed git configuration, once every process of
+the agent is killed: every file the agent created, changed or deleted, binary files,
+modes and symlinks included (an agent that commits, stages, rewrites or deletes its
+``.git`` changes nothing about it), minus the problem statement, harness files and tool
+caches.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ import shlex
 from collections.abc import Sequence
 
 from agentrl.harnesses.base import HarnessError, give_to_user
+from agentrl.harnesses.baseline import (
+    CAPTURE_EXITS,
+    SCRATCH_PREFIX,
+    capture_script,
+    kill_script,
+    store_script,
+)
 from agentrl.harnesses.history import ROOT_GIT, scrub_history
 from agentrl.sandboxes.base import Sandbox, max_output_bytes
 from agentrl.types import ExecResult, Task
@@ -70,11 +81,12 @@ async def prepare_workspace(
     """Run ``task.pre_commands``, cut the repository's future, snapshot the baseline,
     write the problem statement.
 
-    Returns the baseline commit id. Before the snapshot the repository keeps only the
+    Returns the baseline: the id of the workspace's tree in the private store, what
+    :func:`capture_diff` takes. Before the snapshot the repository keeps only the
     history reachable from ``base_commit`` (the task's base; ``None``: HEAD), see
     :func:`~agentrl.harnesses.history.scrub_history`; ``keep_history=True`` skips that.
     The workdir (``.git`` included) is handed to ``user`` (created first when the image
-    has no such account).
+    has no such account); the store, built after that as root, stays root's.
     Raises ``HarnessError`` when a pre-command fails or git is missing. A rollout passes
     ``run_pre_commands=False``: there the grader's ``prepare`` runs them, as it does
     before grading.
@@ -134,7 +146,25 @@ async def prepare_workspace(
     if pre_commands:
         await sandbox.write_file(problem_path, task.problem_statement)
     await give_to_user(sandbox, user, [task.workdir])
-    return commit[0]
+    # After the hand-over: the store's index then holds the files' final owner and ctime,
+    # so the capture rehashes only what the agent touched.
+    stored = await sandbox.exec(
+        store_script(task.workdir, _GIT, problem_file, ignore),
+        user="root",
+        env={"GIT_CONFIG_NOSYSTEM": "1", "HOME": _STATE},
+        timeout=timeout,
+    )
+    tree = stored.stdout.strip().splitlines()[-1:] if stored.exit_code == 0 else []
+    if not tree or not _is_object_id(tree[0]):
+        raise HarnessError(
+            f"could not build the private baseline of {task.workdir} "
+            f"(exit {stored.exit_code}): {(stored.stderr or stored.stdout).strip()[-800:]}"
+        )
+    return tree[0]
+
+
+def _is_object_id(value: str) -> bool:
+    return len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value)
 
 
 #: Exit code of a script whose ``_user_script`` could not create the user.
@@ -171,14 +201,6 @@ async def ensure_user(sandbox: Sandbox, user: str) -> None:
         raise _no_user(user, result)
 
 
-#: Exit codes of the capture script for a workspace the agent left with nothing to diff.
-_NO_DIFF_EXITS = {
-    81: "the workdir is gone or cannot be entered",
-    82: "the workdir is no longer a git repository (its .git was removed or broken)",
-    83: "the baseline commit is gone from the repository",
-}
-
-
 async def capture_diff(
     sandbox: Sandbox,
     workdir: str,
@@ -186,41 +208,39 @@ async def capture_diff(
     excludes: Sequence[str],
     ignore: Sequence[str] = (),
     *,
+    user: str = "agent",
     timeout: float = 300.0,
     max_bytes: int | None = None,
 ) -> str:
     """The agent's changes since ``baseline`` as a binary-safe git diff (new files included).
 
-    ``excludes`` are repository-relative paths left out (problem statement, harness
-    files); ``ignore`` are gitignore patterns for untracked files (tool caches).
+    ``baseline`` is what :func:`prepare_workspace` returned for ``workdir``; ``excludes``
+    are repository-relative paths left out (problem statement, harness files);
+    ``ignore`` are gitignore patterns for untracked files (tool caches). First, as root,
+    every process of ``user`` still in the sandbox is killed and a scratch directory
+    made for it; then the diff is taken as ``user`` against the private store (see
+    :mod:`agentrl.harnesses.baseline`). With ``user="root"`` there is nothing to protect
+    (the agent was root): nothing is killed and the capture runs as root.
 
-    Raises ``HarnessError`` when there is no diff to take — the agent removed the workdir,
-    its ``.git`` or the baseline, made files unreadable, filled the disk — and when the
-    diff is larger than ``max_bytes`` (default: the sandbox output cap,
-    ``AGENTRL_SANDBOX_MAX_OUTPUT_BYTES``) or comes back shorter than it is: a cut diff is
-    never returned as if it were whole.
+    Raises ``HarnessError`` when there is no diff to take — the workdir is gone or
+    unenterable, the store is gone (only root, or in the ``local`` backend the agent,
+    can remove it), the disk is full — and when the diff is larger than ``max_bytes``
+    (default: the sandbox output cap, ``AGENTRL_SANDBOX_MAX_OUTPUT_BYTES``) or comes back
+    shorter than it is: a cut diff is never returned as if it were whole.
     """
+    if not _is_object_id(baseline):
+        raise HarnessError(f"the baseline {baseline!r} is not a tree id from prepare_workspace")
     limit = max_output_bytes(max_bytes)
-    q = shlex.quote
-    script = (
-        f"cd {q(workdir)} 2>/dev/null || exit 81\n"
-        f'top=$({_GIT} rev-parse --show-toplevel 2>/dev/null) && cd "$top" || exit 82\n'
-        f"{_GIT} cat-file -e {q(baseline + '^{commit}')} 2>/dev/null || exit 83\n"
-        "set -e\n"
-        f"{_snapshot_script(excludes, ignore)}\n"
-        f"{_GIT} diff --cached --binary --no-color --no-ext-diff {q(baseline)} "
-        f"> {_STATE}/agent.diff\n"
-        f"wc -c < {_STATE}/agent.diff\n"
-    )
-    result = await sandbox.exec(script, user="root", env=_git_env(), timeout=timeout)
-    if result.exit_code in _NO_DIFF_EXITS:
-        raise HarnessError(f"no diff to take in {workdir}: {_NO_DIFF_EXITS[result.exit_code]}")
+    # Both run in "/": the agent can make the workdir (the default directory) unenterable.
+    made = await sandbox.exec(kill_script(user), user="root", timeout=120, workdir="/")
+    scratch = made.stdout.strip().splitlines()[-1:] if made.exit_code == 0 else []
+    if not scratch or not scratch[0].startswith(SCRATCH_PREFIX):
+        raise HarnessError(_no_diff(workdir, made, "could not stop the agent's processes"))
+    script = capture_script(workdir, scratch[0], baseline, excludes, ignore)
+    result = await sandbox.exec(script, user=user, timeout=timeout, workdir="/")
     size = result.stdout.strip().splitlines()[-1:] if result.exit_code == 0 else []
     if not size or not size[0].isdigit():
-        raise HarnessError(
-            f"could not read the agent's diff in {workdir} (exit {result.exit_code}): "
-            f"{(result.stderr or result.stdout).strip()[-800:]}"
-        )
+        raise HarnessError(_no_diff(workdir, result, "could not read the agent's diff"))
     expected = int(size[0])
     if expected > limit:
         raise HarnessError(
@@ -230,10 +250,19 @@ async def capture_diff(
     if expected == 0:
         return ""
     # Read as a file: exec output is capped, and a cut diff would not apply.
-    data = bytes(await sandbox.read_file(f"{_STATE}/agent.diff", text=False))
+    data = bytes(await sandbox.read_file(f"{scratch[0]}/agent.diff", user=user, text=False))
     if len(data) != expected:
         raise HarnessError(
             f"the agent's diff came back with {len(data)} of its {expected} bytes; "
             "a cut diff is not graded"
         )
     return data.decode("utf-8", errors="surrogateescape")
+
+
+def _no_diff(workdir: str, result: ExecResult, what: str) -> str:
+    if result.exit_code in CAPTURE_EXITS:
+        return f"no diff to take in {workdir}: {CAPTURE_EXITS[result.exit_code]}"
+    return (
+        f"{what} in {workdir} (exit {result.exit_code}): "
+        f"{(result.stderr or result.stdout).strip()[-800:]}"
+    )

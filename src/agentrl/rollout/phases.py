@@ -279,7 +279,14 @@ class Phases:
                 state.diff = await self._after_start(
                     sandbox,
                     "capture the diff",
-                    capture_diff(sandbox, task.workdir, baseline, excludes, config.diff_ignore),
+                    capture_diff(
+                        sandbox,
+                        task.workdir,
+                        baseline,
+                        excludes,
+                        config.diff_ignore,
+                        user=config.agent_user,
+                    ),
                 )
         finally:
             if state.session_open and not state.agent_log:
