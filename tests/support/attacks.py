@@ -215,6 +215,7 @@ async def attack_and_grade(
                 baseline,
                 (config.problem_file, *excludes),
                 config.diff_ignore,
+                user=config.agent_user,
             )
         except Exception as exc:
             failed = await _judge_capture(box, exc)
