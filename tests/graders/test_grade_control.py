@@ -152,3 +152,10 @@ def test_a_clean_grade_runs_no_control():
     result = grade(grader, "ok")
     assert result.error is None and "control" not in result.details
     assert grader.evaluated == ["ok"]
+
+
+def test_an_attributed_grade_keeps_that_the_diff_applied():
+    """The diff applied and the evaluation broke: applied_cleanly stays True; a failure
+    while applying leaves it False."""
+    assert grade(ScriptedGrader(), "raise").applied_cleanly
+    assert not grade(ScriptedGrader(apply_fails=True), "diff").applied_cleanly

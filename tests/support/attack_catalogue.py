@@ -26,6 +26,10 @@ class Attack:
     breach_probe: str | None = None
     #: The capture of this attack's diff must raise this (the agent's own failure).
     capture_raises: type[BaseException] | None = None
+    #: The attack may leave no diff to take (its sandbox unusable): ``agent_error``. Any
+    #: other attack must be captured and graded, so a defence cannot pass a cell by
+    #: breaking the capture.
+    capture_may_fail: bool = False
 
 
 #: The probe of an attack whose git driver records ``id -u`` when it runs: a breach when
@@ -326,6 +330,7 @@ def _attacks() -> list[Attack]:
             script=plain_conftest
             + "dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null || true\n"
             + "dd if=/dev/zero of=/dev/shm/fill bs=1M 2>/dev/null || true\n",
+            capture_may_fail=True,
         ),
         Attack(
             name="huge-diff",

@@ -263,6 +263,7 @@ def assert_earns_nothing(cell: Cell) -> None:
     assert cell.script_exit == 0, f"the attack was not planted\n{context}"
     assert cell.breach is None, f"the attack breached the agent's sandbox\n{context}"
     if cell.grade is None:
+        assert ATTACKS[cell.attack].capture_may_fail, f"the diff was not captured\n{context}"
         assert cell.capture_outcome == "agent_error", context
         return
     assert cell.grade.error is None, f"the attack ended as a grader error\n{context}"

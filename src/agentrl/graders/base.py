@@ -285,7 +285,7 @@ class Grader(abc.ABC):
             return cannot_grade(reason)
         details: dict[str, Any] = {}
         # From the moment the diff reaches the grading sandbox, a failure may be its doing.
-        reached = False
+        reached = applied = False
         try:
             async with fresh_sandbox(sandbox_factory, task, booter=booter) as sandbox:
                 details.update(await self.setup(sandbox, task))
@@ -297,6 +297,7 @@ class Grader(abc.ABC):
                 if not patch.applied:
                     details["apply_log"] = patch.log[-self.log_tail :]
                     return Grade(reward=0.0, solved=False, applied_cleanly=False, details=details)
+                applied = True
                 if suspicious := self.screen(task, patch, details):
                     return suspicious
                 grade = await self._evaluate_in_budget(sandbox, task, diff, details)
@@ -304,7 +305,7 @@ class Grader(abc.ABC):
             raise
         except Exception as exc:
             logger.warning("grading %s failed: %r", task.instance_id, exc)
-            grade = grader_failed(exc, details)
+            grade = attrs.evolve(grader_failed(exc, details), applied_cleanly=applied)
         if grade.error is None or not reached:
             return grade
         return await self._attribute(task, grade, sandbox_factory, booter)
