@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
 
 import attrs
 import pytest
+from diff_support import make_diff
 
 from agentrl.graders.check import sandbox_factory_for
 from agentrl.graders.scaleswe import ScaleSWEGrader
@@ -43,34 +43,6 @@ def make_repo(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
     return root
-
-
-def make_diff(repo: pathlib.Path, scratch: pathlib.Path, edits: dict[str, str | None]) -> str:
-    """A real `git diff` of ``edits`` (path -> new content, None deletes) against ``repo``."""
-    work = scratch / f"diff-{len(list(scratch.glob('diff-*')))}"
-    shutil.copytree(repo, work)
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=work,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "base")
-    for name, content in edits.items():
-        path = work / name
-        if content is None:
-            path.unlink()
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-    git("add", "-A")
-    return git("diff", "--cached")
 
 
 def scaleswe_task(repo: pathlib.Path, **metadata) -> Task:

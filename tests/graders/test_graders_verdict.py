@@ -10,11 +10,10 @@ as a grader error.
 from __future__ import annotations
 
 import pathlib
-import shutil
-import subprocess
 import textwrap
 
 import pytest
+from diff_support import make_diff
 
 from agentrl.graders.base import fresh_sandbox
 from agentrl.graders.check import sandbox_factory_for
@@ -130,29 +129,6 @@ def expected_ids(task: Task) -> list[str]:
     if swepro:
         return [*swepro["fail_to_pass"], *swepro["pass_to_pass"]]
     return ["tests/test_core.py::test_word_count", "_agentrl_f2p_test.py::test_merge_unsorted"]
-
-
-def make_diff(repo: pathlib.Path, scratch: pathlib.Path, edits: dict[str, str]) -> str:
-    """A real `git diff` of ``edits`` (path -> new content) against a copy of ``repo``."""
-    work = scratch / "work"
-    shutil.copytree(repo, work)
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=work,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "base")
-    for name, content in edits.items():
-        (work / name).write_text(content)
-    git("add", "-A")
-    return git("diff", "--cached")
 
 
 async def evaluate(task: Task, diff: str, factory) -> Grade:
