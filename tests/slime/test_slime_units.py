@@ -84,7 +84,7 @@ def test_config_defaults_match_slime_example():
     assert (config.harness, config.sandbox, config.grader) == ("claude_code", "e2b", "scaleswe")
     assert config.port == 18001 and config.bind_host == "0.0.0.0"
     assert config.agent_time_budget == 1800 and config.eval_timeout == 600
-    assert config.rollout_guard == 1800 + 600 + 180
+    assert config.rollout_guard == 1800 + 2 * 600 + 180
     assert config.boot_concurrency == 16 and config.boot_retries == 2
     assert config.fork_threshold_tokens == 1024
     assert config.prompt_mode == "splice"
@@ -118,7 +118,7 @@ def test_config_reads_slime_example_aliases():
     assert config.grader_name(False) == "swebench" and config.grader_name(True) == "scaleswe"
     assert config.public_host == "10.0.0.7" and config.port == 19000
     assert config.agent_time_budget == 900 and config.eval_timeout == 300
-    assert config.rollout_guard == 900 + 300 + 180  # 0 means "derive", as in slime
+    assert config.rollout_guard == 900 + 2 * 300 + 180  # 0 means "derive", as in slime
     assert config.boot_concurrency == 4 and config.boot_retries == 4  # 5 attempts in slime
     assert config.fork_threshold_tokens == 64
     assert config.prompt == "fix it"

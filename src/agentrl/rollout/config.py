@@ -47,6 +47,14 @@ DEFAULT_DIFF_IGNORE = (
 
 #: Seconds the outer guard allows beyond the agent's budget and grading (boot, install, …).
 GUARD_MARGIN = 180.0
+#: Seconds the outer grading guard allows beyond ``eval_timeout`` (boot, prepare).
+GRADE_SETUP_MARGIN = 120.0
+
+
+def grading_guard(eval_timeout: float) -> float:
+    """The outer bound on grading: the grade, and the empty-diff control that decides whose
+    failure a broken grade is (``Grader.grade``), each ``eval_timeout`` plus the margin."""
+    return 2 * (eval_timeout + GRADE_SETUP_MARGIN)
 
 
 def default_guard_timeout(agent_time_budget: float, eval_timeout: float) -> float:

@@ -28,6 +28,7 @@ from agentrl.graders.base import Grader, grade_diff, grader_failed
 from agentrl.harnesses.base import EXIT_TIME_BUDGET_EXCEEDED, Harness, HarnessContext
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.workspace import capture_diff, prepare_workspace
+from agentrl.rollout.config import GRADE_SETUP_MARGIN, grading_guard
 from agentrl.sandboxes.base import Sandbox, SandboxError
 from agentrl.sandboxes.boot import Booter, BootError, PrewarmedBooter, SandboxFactory
 from agentrl.trajectory import TrainingSample
@@ -41,16 +42,6 @@ if TYPE_CHECKING:
     from agentrl.rollout.config import RolloutConfig
 
 logger = logging.getLogger("agentrl.rollout")
-
-#: Seconds the outer grading guard allows beyond ``eval_timeout`` (boot, prepare).
-GRADE_SETUP_MARGIN = 120.0
-
-
-def grading_guard(eval_timeout: float) -> float:
-    """The outer bound on grading: the grade, and the empty-diff control that decides whose
-    failure a broken grade is (``Grader.grade``), each ``eval_timeout`` plus the margin."""
-    return 2 * (eval_timeout + GRADE_SETUP_MARGIN)
-
 
 #: What a sandbox, a harness or the workspace raise when the sandbox misbehaves: once the
 #: policy has acted, the policy can cause any of these. Anything else is a bug of ours.
