@@ -10,6 +10,8 @@ def register_engines(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
     from agentrl.engines.sglang import SGLangEngine
     from agentrl.engines.transformers import TransformersEngine
+    from agentrl.engines.vllm import VLLMEngine
 
     register(SGLangEngine)
     register(TransformersEngine)
+    register(VLLMEngine)
