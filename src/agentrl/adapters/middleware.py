@@ -39,10 +39,9 @@ from agentrl.adapters import probes
 from agentrl.adapters.base import Adapter, ChatRequest, ProtocolError
 from agentrl.adapters.limits import body_cap, count_tokens_allowance, decode_json, read_body
 from agentrl.adapters.offload import Offloader
-from agentrl.adapters.rendering import render_full
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.splice import check_prompt_mode
-from agentrl.adapters.turns import TurnPipeline, TurnTiming, renderable
+from agentrl.adapters.turns import TurnPipeline, TurnTiming
 from agentrl.adapters.wire import json_reply
 from agentrl.engines.base import Engine
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
@@ -403,20 +402,9 @@ class Middleware:
                 "session may make 32, and 4 more per turn it starts",
             )
         chat = await self._read_chat(adapter, request, session)
-
-        def count() -> int:
-            with renderable():
-                return len(
-                    render_full(
-                        self.tokenizer,
-                        chat.messages,
-                        chat.tools,
-                        chat_template_kwargs=self.chat_template_kwargs,
-                    )
-                )
-
         size = request.content_length
-        answer = await self.turns.offloader.run(session, count, body_bytes=size)
+        count = self.turns.prompt_length
+        answer = await self.turns.offloader.run(session, count, session, chat, body_bytes=size)
         return json_reply(adapter.count_reply(answer))
 
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:

@@ -128,7 +128,8 @@ class Session:
         """
         if message.get("role") != "assistant":
             return None
-        turns = self._by_loose_key.get(loose_key(message))
+        # A copy: ``count_tokens`` may read this in the render pool while a turn records.
+        turns = set(self._by_loose_key.get(loose_key(message), ()))
         if not turns:
             return None
         reasoning = stripped(message.get("reasoning_content"))

@@ -31,6 +31,7 @@ Public API::
     PROMPT_MODES = ("splice", "render"); FALLBACK_REASONS
     splicer = Splicer(tokenizer, chat_template_kwargs={}, stop_ids=frozenset())
     plan = splicer.plan(ledger, messages, tools, links={message index: turn})  # -> SplicePlan
+    splicer.preview(ledger, messages, tools, links)  # the same plan, changing nothing
     plan.prompt (RenderedPrompt | None), plan.reason, plan.metadata()
     splicer.count(plan); splicer.stats -> Counter  ("spliced" and each fallback reason)
     ledger = SpliceLedger(); ledger.add(index, plan, prompt_ids, output_ids)
@@ -171,13 +172,18 @@ class SpliceLedger:
     #: Turns recorded that were spliced onto an earlier one.
     spliced: int = 0
 
-    def tools_digest(self, tools: Sequence[Mapping[str, Any]] | None) -> bytes:
-        """The digest of a tools list (the previous one's when the list is equal)."""
+    def tools_digest(
+        self, tools: Sequence[Mapping[str, Any]] | None, *, remember: bool = True
+    ) -> bytes:
+        """The digest of a tools list (the previous one's when the list is equal); kept for
+        the next request unless ``remember`` is False."""
         value = list(tools) if tools else None
-        if self._tools is not None and self._tools[0] == value:
-            return self._tools[1]
+        cached = self._tools
+        if cached is not None and cached[0] == value:
+            return cached[1]
         digest = _digest(value)
-        self._tools = (value, digest)
+        if remember:
+            self._tools = (value, digest)
         return digest
 
     def digests(self, messages: Sequence[Mapping[str, Any]]) -> tuple[bytes, ...]:
@@ -308,29 +314,68 @@ class Splicer:
     ) -> SplicePlan:
         """Splice the prompt for ``messages`` onto the chain they extend, or say why not.
 
-        ``links`` maps a message index to the turn whose minted wire id it replayed.
+        ``links`` maps a message index to the turn whose minted wire id it replayed. A
+        fallback other than ``new_chain`` is logged (``sid`` and ``index`` name the turn).
         """
+        plan = self._plan(ledger, messages, tools, links, ledger.tools_digest(tools), self.seams)
+        if plan.reason is not None and plan.reason != "new_chain":
+            logger.info(
+                "session %s turn %d: splice fallback %r (%s%s); rendering the whole "
+                "conversation, which starts a new chain",
+                sid,
+                index,
+                plan.reason,
+                FALLBACK_REASONS[plan.reason],
+                f": {plan.detail}" if plan.detail else "",
+            )
+        return plan
+
+    def preview(
+        self,
+        ledger: SpliceLedger,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        links: Mapping[int, int] | None = None,
+    ) -> SplicePlan:
+        """The plan :meth:`plan` would make now, changing nothing (``count_tokens``).
+
+        The ledger's tools digest, the seam finder's stats and its ``reduces`` stay as they
+        are (the seam is read by a copy of the finder), and no fallback is logged.
+        """
+        digest = ledger.tools_digest(tools, remember=False)
+        scratch = attrs.evolve(self.seams, stats=collections.Counter())
+        return self._plan(ledger, messages, tools, links, digest, scratch)
+
+    def _plan(
+        self,
+        ledger: SpliceLedger,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        links: Mapping[int, int] | None,
+        tools_digest: bytes,
+        seams: SeamFinder,
+    ) -> SplicePlan:
+        """:meth:`plan` without its log line, with the seams read by ``seams``."""
         history = ledger.digests(messages)
-        tools_digest = ledger.tools_digest(tools)
-        fallback = SplicePlan(history=history, tools=tools_digest, messages=messages)
+        plan = SplicePlan(history=history, tools=tools_digest, messages=messages)
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         if last < 0:
-            return attrs.evolve(fallback, reason="new_chain")
+            return attrs.evolve(plan, reason="new_chain")
         if last == len(messages) - 1:
-            return self._fallback(fallback, "ends_with_assistant", sid, index)
+            return attrs.evolve(plan, reason="ends_with_assistant")
         candidates = self._candidates(ledger, history[last], (links or {}).get(last))
         if not candidates:
-            return self._fallback(fallback, "unmapped_message", sid, index, f"message {last}")
+            return attrs.evolve(plan, reason="unmapped_message", detail=f"message {last}")
         base = next((c for c in candidates if c.history == history[:last]), None)
         if base is None:
             reason, detail = _history_reason(candidates[0].history, history[:last], messages)
-            return self._fallback(fallback, reason, sid, index, detail)
+            return attrs.evolve(plan, reason=reason, detail=detail)
         if base.tools != tools_digest:
-            return self._fallback(fallback, "tools_changed", sid, index, f"turn {base.index}")
+            return attrs.evolve(plan, reason="tools_changed", detail=f"turn {base.index}")
         check = ledger.spliced & (ledger.spliced + 1) == 0  # its 1st, 2nd, 4th, ... splice
-        seam = self.seams.seam(messages, last, tools, base.output, check=check)
+        seam = seams.seam(messages, last, tools, base.output, check=check)
         if isinstance(seam, tuple):
-            return self._fallback(fallback, seam[0], sid, index, seam[1])
+            return attrs.evolve(plan, reason=seam[0], detail=seam[1])
         seam_ids = self._encode(seam)
         prompt_ids = ledger.sequence(base)
         reused = len(prompt_ids)
@@ -340,7 +385,7 @@ class Splicer:
         prompt = RenderedPrompt(
             text=seam, ids=prompt_ids, reused_tokens=reused, tokenized_chars=len(seam)
         )
-        return attrs.evolve(fallback, prompt=prompt, base=base, seam_ids=seam_ids)
+        return attrs.evolve(plan, prompt=prompt, base=base, seam_ids=seam_ids)
 
     def _encode(self, text: str) -> array:
         """``text``'s ids, cut at its added-token boundaries (no offsets), or whole."""
@@ -352,20 +397,6 @@ class Splicer:
     def count(self, plan: SplicePlan) -> None:
         """Count one recorded turn's outcome in :attr:`stats`."""
         self.stats["spliced" if plan.prompt is not None else str(plan.reason)] += 1
-
-    def _fallback(
-        self, plan: SplicePlan, reason: str, sid: str, index: int, detail: str = ""
-    ) -> SplicePlan:
-        logger.info(
-            "session %s turn %d: splice fallback %r (%s%s); rendering the whole conversation, "
-            "which starts a new chain",
-            sid,
-            index,
-            reason,
-            FALLBACK_REASONS[reason],
-            f": {detail}" if detail else "",
-        )
-        return attrs.evolve(plan, reason=reason, detail=detail)
 
     def _candidates(
         self, ledger: SpliceLedger, key: bytes, linked: int | None

@@ -14,6 +14,9 @@ trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose step
 - ``reply``: send it in the adapter's shape (a client gone away is not recorded);
 - ``record``: the trajectory turn, the session's :class:`~agentrl.types.TurnFact`, the
   timing and the ``on_turn_recorded`` event, in that order.
+
+:meth:`TurnPipeline.prompt_length` answers ``count_tokens``: the length of the prompt
+``render`` would make, found without changing anything.
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from agentrl import plugins
 from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
 from agentrl.adapters.offload import Offloader
 from agentrl.adapters.output import ParsedOutput, parse_generation
-from agentrl.adapters.rendering import IncrementalRenderer, RenderedPrompt, RenderError
+from agentrl.adapters.rendering import (
+    IncrementalRenderer,
+    RenderedPrompt,
+    RenderError,
+    render_full,
+)
 from agentrl.adapters.sampled import keep_sampled
 from agentrl.adapters.sessions import Chain, Session, new_token
 from agentrl.adapters.splice import (
@@ -199,6 +207,26 @@ class TurnPipeline:
             pipeline=self, adapter=adapter, session=session, chat=chat, index=index, started=started
         )
         return await turn.run(request)
+
+    def prompt_length(self, session: Session, chat: ChatRequest) -> int:
+        """How many tokens a turn of ``session`` would send the engine for ``chat`` now.
+
+        :meth:`Turn.render`'s choice, read-only (``count_tokens``): the replays restored,
+        then in splice mode the spliced prompt when the conversation extends a recorded
+        chain, else the whole conversation rendered. Nothing is recorded or counted, no
+        chain is opened and no turn index is taken.
+        """
+        messages, _ = session.restore_replays(chat.messages, chat.replayed_ids)
+        if self.prompt_mode == "splice":
+            links = links_by_index(session.links(chat.replayed_ids))
+            plan = self.splicer.preview(session.splice, messages, chat.tools, links)
+            if plan.prompt is not None:
+                return len(plan.prompt.ids)
+        with renderable():
+            ids = render_full(
+                self.tokenizer, messages, chat.tools, chat_template_kwargs=self.chat_template_kwargs
+            )
+        return len(ids)
 
     def renderer_for(self, session: Session, chat: ChatRequest) -> IncrementalRenderer:
         """The renderer of the chain ``chat`` continues (a fresh one when not incremental)."""
