@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import sglang_standin
 from docker_daemon import docker_base_image, docker_options, dockerd_host  # noqa: F401
+from vllm_server import vllm_server  # noqa: F401
 
 from agentrl.parsers import sglang as sglang_family
 

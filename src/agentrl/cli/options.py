@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,13 @@ import click
 if TYPE_CHECKING:
     from agentrl.observers import TrackOptions
 
-__all__ = ["parser_options", "prompt_mode_option", "track_from", "track_options"]
+__all__ = [
+    "json_object_option",
+    "parser_options",
+    "prompt_mode_option",
+    "track_from",
+    "track_options",
+]
 
 #: How prompts are built (see docs/middleware.md, "Prompt modes").
 prompt_mode_option: Callable[[Any], Any] = click.option(
@@ -90,3 +97,16 @@ def track_from(kw: dict[str, Any], *, default_directory: str) -> TrackOptions:
         )
     except (TrackError, SettingsError) as exc:
         raise click.BadParameter(str(exc), param_hint="--track") from None
+
+
+def json_object_option(value: str | None, name: str) -> dict[str, Any]:
+    """A ``--*-options`` value: a JSON object (``{}`` when not given), else a usage error."""
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("expected a JSON object", param_hint=name)
+    return parsed

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ import click
 
 from agentrl import plugins
 from agentrl.cli.options import (
+    json_object_option,
     parser_options,
     prompt_mode_option,
     track_from,
@@ -33,18 +33,6 @@ __all__ = [
     "run_stack",
     "run_with_progress",
 ]
-
-
-def _json_option(value: str | None, name: str) -> dict[str, Any]:
-    if not value:
-        return {}
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("expected a JSON object", param_hint=name)
-    return parsed
 
 
 def _default_cli_dir(harness: str) -> str | None:
@@ -131,7 +119,12 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     "AGENTRL_EVAL_GRADER, else scaleswe].",
 )
 @click.option("--engine", default="sglang", show_default=True, help="Engine plugin.")
-@click.option("--engine-url", help="SGLang (router) URL, for --engine sglang.")
+@click.option(
+    "--engine-url",
+    help="The engine's server: sglang, the server or router URL; vllm, one server's URL or "
+    "several, comma-separated.",
+)
+@click.option("--engine-options", help="JSON object passed to the engine (see docs/engines.md).")
 @click.option("--model-path", type=click.Path(file_okay=False), help="Local model directory.")
 @click.option("--tokenizer", type=click.Path(file_okay=False), help="Local tokenizer directory.")
 @parser_options(reasoning_default=None)
@@ -239,6 +232,7 @@ def rollout_command(**kw: Any) -> None:
             grader=grader,
             engine=kw["engine"],
             engine_url=kw["engine_url"],
+            engine_options=json_object_option(kw["engine_options"], "--engine-options"),
             model_path=kw["model_path"],
             tokenizer=kw["tokenizer"],
             tool_parser=kw["tool_parser"] or None,
@@ -246,8 +240,8 @@ def rollout_command(**kw: Any) -> None:
             prompt_mode=kw["prompt_mode"],
             cli_dir=cli_dir,
             public_host=kw["public_host"],
-            sandbox_options=_json_option(kw["sandbox_options"], "--sandbox-options"),
-            harness_options=_json_option(kw["harness_options"], "--harness-options"),
+            sandbox_options=json_object_option(kw["sandbox_options"], "--sandbox-options"),
+            harness_options=json_object_option(kw["harness_options"], "--harness-options"),
             sampling=sampling,
             max_context_tokens=kw["max_context_tokens"],
             boot_concurrency=kw["concurrency"],

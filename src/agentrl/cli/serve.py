@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentrl.adapters.shard_handle import WorkerDiedError
-from agentrl.cli.options import parser_options, prompt_mode_option, workers_option
+from agentrl.cli.options import (
+    json_object_option,
+    parser_options,
+    prompt_mode_option,
+    workers_option,
+)
 from agentrl.harnesses.base import ClientSetup
 
 if TYPE_CHECKING:
@@ -91,13 +96,16 @@ async def open_client_sessions(
     return setups
 
 
-def build_engine(name: str, url: str | None, model: str | None) -> Engine:
-    """The ``name`` engine built from ``--engine-url`` / ``--model`` (``Engine.from_options``)."""
+def build_engine(
+    name: str, url: str | None, model: str | None, options: dict[str, Any] | None = None
+) -> Engine:
+    """The ``name`` engine built from ``--engine-url`` / ``--model`` / ``--engine-options``
+    (``Engine.from_options``)."""
     from agentrl import plugins
     from agentrl.engines.base import EngineError, MissingEngineOptionError
 
     try:
-        return plugins.get_engine(name).from_options(url=url, model_path=model)
+        return plugins.get_engine(name).from_options(options, url=url, model_path=model)
     except MissingEngineOptionError as exc:
         flags = {"url": "--engine-url", "model_path": "--model"}
         raise click.UsageError(exc.for_flags(flags)) from None
@@ -241,7 +249,12 @@ def new_middleware(
     show_default=True,
     help="Engine plugin name (see `agentrl plugins`).",
 )
-@click.option("--engine-url", help="SGLang server or router URL, e.g. http://127.0.0.1:30000.")
+@click.option(
+    "--engine-url",
+    help="The engine's server: sglang, the server or router URL (http://127.0.0.1:30000); "
+    "vllm, one server's URL or several, comma-separated.",
+)
+@click.option("--engine-options", help="JSON object passed to the engine (see docs/engines.md).")
 @click.option("--model", help="Local model directory (engines that run in-process).")
 @click.option(
     "--tokenizer",
@@ -288,6 +301,7 @@ def new_middleware(
 def serve(
     engine_name: str,
     engine_url: str | None,
+    engine_options: str | None,
     model: str | None,
     tokenizer_path: str,
     host: str,
@@ -320,10 +334,12 @@ def serve(
             raise click.UsageError(str(exc)) from None
         if not Path(tokenizer_path).expanduser().is_dir():
             raise click.UsageError(f"--tokenizer: {tokenizer_path!r} is not a directory")
-    engine = build_engine(engine_name, engine_url, model)
+    options = json_object_option(engine_options, "--engine-options")
+    engine = build_engine(engine_name, engine_url, model, options)
     recipe = MiddlewareRecipe(
         engine=engine_name,
         engine_url=engine_url,
+        engine_options=options,
         model_path=model,
         tokenizer=tokenizer_path,
         tool_parser=tool_parser or None,
