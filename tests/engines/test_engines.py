@@ -347,10 +347,10 @@ def test_scripted_reply_validation():
 # -- registry ------------------------------------------------------------------------
 
 
-def test_both_engines_are_registered():
-    """The built-in plugin registers the sglang and transformers engines."""
+def test_the_built_in_engines_are_registered():
+    """The built-in plugin registers the sglang, transformers and vllm engines."""
     registry = plugins.PluginRegistry(builtins=("agentrl.engines",), load_entrypoints=False)
-    assert registry.available("engine") == ["sglang", "transformers"]
+    assert registry.available("engine") == ["sglang", "transformers", "vllm"]
     assert registry.get("engine", "sglang") is SGLangEngine
     assert registry.get("engine", "transformers").name == "transformers"
 
