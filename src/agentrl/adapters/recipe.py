@@ -36,8 +36,8 @@ def check_shardable(engine: str, workers: int) -> None:
     if workers > 1 and plugins.get_engine(engine).location == "model_path":
         raise ValueError(
             f"--workers {workers}: the {engine!r} engine runs the model inside the middleware's "
-            "process and cannot be shared by worker processes; serve the model with SGLang "
-            "(--engine sglang --engine-url ...) or use --workers 1"
+            "process and cannot be shared by worker processes; serve the model with SGLang or "
+            "vLLM (--engine sglang|vllm --engine-url ...) or use --workers 1"
         )
 
 
