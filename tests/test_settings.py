@@ -20,8 +20,9 @@ SETTINGS_MODULE = SRC / "settings.py"
 OUR_PREFIX = re.compile(r"^(AGENTRL|SWE|SLIME)_[A-Z0-9_]+$")
 #: Documented AGENTRL_ names that are written into a CLI's environment, never read.
 WRITTEN_ONLY = {"AGENTRL_TOKEN", "AGENTRL_SESSION_TOKEN"}
-#: The E2B double's process marker: agentrl.testing's own, documented as left out.
-TEST_ONLY = {"AGENTRL_E2B_DOUBLE_SANDBOX_ID"}
+#: The E2B double's process marker (agentrl.testing's own) and where CI's vLLM server runs
+#: (tests/support/vllm_server.py): read by tests, not by agentrl.
+TEST_ONLY = {"AGENTRL_E2B_DOUBLE_SANDBOX_ID", "AGENTRL_TEST_VLLM_DIR"}
 
 
 #: Files agentrl ships into sandboxes and never imports itself: the grader's pytest plugin
