@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "RolloutResult": "agentrl.rollout.run",
     "run_rollout": "agentrl.rollout.run",
     # errors
+    "EngineAbortedError": "agentrl.engines.base",
     "EngineError": "agentrl.engines.base",
     "ExecFailedError": "agentrl.sandboxes.base",
     "HarnessError": "agentrl.harnesses.errors",
@@ -70,6 +71,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Adapter",
     "Engine",
+    "EngineAbortedError",
     "EngineError",
     "ExecFailedError",
     "ExecResult",
@@ -121,7 +123,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from agentrl.adapters.base import Adapter
-    from agentrl.engines.base import Engine, EngineError, Generation, MissingEngineOptionError
+    from agentrl.engines.base import (
+        Engine,
+        EngineAbortedError,
+        EngineError,
+        Generation,
+        MissingEngineOptionError,
+    )
     from agentrl.graders.base import Grader
     from agentrl.graders.tasks import TaskLoadError
     from agentrl.harnesses.base import Harness

@@ -21,6 +21,7 @@ from agentrl.plugin_options import check_option_keys, keyword_parameters
 __all__ = [
     "TOKEN_EXACT_SAMPLING",
     "Engine",
+    "EngineAbortedError",
     "EngineError",
     "EngineLocation",
     "Generation",
@@ -50,6 +51,22 @@ class EngineError(Exception):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class EngineAbortedError(EngineError):
+    """The engine aborted one turn's generation too many times in a row; the turn gave up.
+
+    An engine aborts a generation when its trainer asks (a weight update, the end of a
+    rollout step); the middleware continues such a generation from what was sampled, and
+    raises this when the engine aborted it ``max_engine_aborts`` times in a row.
+    """
+
+    def __init__(self, message: str, *, aborts: int = 0, sampled: int = 0) -> None:
+        super().__init__(message)
+        #: How many times in a row the engine aborted the turn's generation.
+        self.aborts = aborts
+        #: Output tokens sampled before the last abort, all attempts together.
+        self.sampled = sampled
 
 
 class MissingEngineOptionError(ValueError):
@@ -156,9 +173,12 @@ class Engine(abc.ABC):
     ) -> Generation:
         """Sample a continuation of ``input_ids``.
 
-        Cancelling the call stops the request on the engine (an HTTP engine sends its
-        abort for ``rid``): callers such as the middleware rely on it and abort nothing
-        themselves.
+        A generation the engine aborts on its own (a trainer's weight update, slime's
+        ``abort_all``) is no error: it returns ``finish_reason`` ``"abort"`` with the ids
+        and log-probs sampled before the abort (possibly none), so the caller can continue
+        it (the middleware does). Cancelling the call stops the request on the engine (an
+        HTTP engine sends its abort for ``rid``): callers such as the middleware rely on it
+        and abort nothing themselves.
         """
 
     async def health(self) -> None:  # noqa: B027 - in-process engines are always ready
