@@ -372,6 +372,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_PROMPT_MODE", "str", _SL, default="splice",
        help="how the middleware makes each prompt: splice (extend the chain's exact ids with "
             "the new messages) or render (render the whole conversation every turn)"),
+    _s("AGENTRL_MAX_ENGINE_ABORTS", "int", _SL, default=8, check="non_negative",
+       help="engine aborts in a row (a weight update, slime's abort) that fail a model call "
+            "with a 503; each one before is continued from what was sampled (0: an aborted "
+            "generation reaches the agent as it is)"),
     _s("AGENTRL_FORK_THRESHOLD_TOKENS", "int", _SL,
        aliases=("SLIME_FORK_MERGE_MAX_RESPONSE_TOKENS",), default=1024, check="non_negative",
        help="a drift inside a response shorter than this is realigned, longer forks"),

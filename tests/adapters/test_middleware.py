@@ -255,24 +255,35 @@ async def test_observer_hook_receives_each_recorded_turn(
 async def test_session_keeps_each_recorded_turns_facts_after_it_closes(
     middleware, scripted_engine, http
 ):
-    """session(sid).turn_facts lists every recorded turn (not a failed one); finish keeps it."""
+    """session(sid).turn_facts lists every recorded turn (not a failed one); finish keeps it.
+
+    A turn the engine aborted and the middleware continued is one fact: the first attempt's
+    prompt, both attempts' output.
+    """
     token = middleware.open_session("facts")
     session = middleware.session("facts")
     scripted_engine.queue("first answer")
     scripted_engine.queue_reply(ScriptedReply(status=500, error="engine down"))
     scripted_engine.queue("cut short", finish_reason="abort")
+    scripted_engine.queue(" and then finished")
     statuses = [
         (await post(http, middleware, "/v1/messages", HELLO, bearer(token)))[0] for _ in range(3)
     ]
     assert statuses == [200, 502, 200]
-    first, aborted = (g for g in scripted_engine.served if g.finish_reason != "error")
+    first, aborted, rest = (g for g in scripted_engine.served if g.finish_reason != "error")
     await middleware.finish_session("facts", reward=0.0)
 
     assert session.turn_facts == [
         TurnFact(
-            prompt_tokens=len(g.input_ids), output_tokens=len(g.output_ids), finish_reason=reason
-        )
-        for g, reason in ((first, "stop"), (aborted, "abort"))
+            prompt_tokens=len(first.input_ids),
+            output_tokens=len(first.output_ids),
+            finish_reason="stop",
+        ),
+        TurnFact(
+            prompt_tokens=len(aborted.input_ids),
+            output_tokens=len(aborted.output_ids) + len(rest.output_ids),
+            finish_reason="stop",
+        ),
     ]
     with pytest.raises(KeyError, match="no open session 'facts'"):
         middleware.session("facts")

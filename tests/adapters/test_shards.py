@@ -11,6 +11,7 @@ import sys
 import time
 
 import aiohttp
+import attrs
 import pytest
 from shard_support import alive, child_pids, conversation, failing_build, recipe, scripted, turn
 
@@ -169,6 +170,44 @@ async def test_close_with_sessions_and_a_turn_in_flight_leaves_no_worker(
             assert status is None or status >= 500
     assert not any(alive(pid) for pid in pids)
     assert not (child_pids() & set(pids))
+
+
+@pytest.mark.slow
+async def test_a_turn_that_failed_on_engine_aborts_reaches_the_parents_mirror(
+    agentrl_qwen_tokenizer, agentrl_qwen_tokenizer_dir
+):
+    """A worker's turn the engine aborted ``max_engine_aborts`` times is a 503, and the
+    session's ``aborted_turns`` reaches the parent's mirror without a settle (what slime's
+    rollout loop reads while the rollout runs) and stays in its final state."""
+    from agentrl.testing.scripted_engine import ScriptedReply
+
+    def aborted(body, headers):
+        return ScriptedReply(ids=[9707, 11], finish_reason="abort")
+
+    async with scripted(agentrl_qwen_tokenizer, responder=aborted) as engine:
+        build = attrs.evolve(
+            recipe(engine.url, agentrl_qwen_tokenizer_dir), middleware={"max_engine_aborts": 2}
+        )
+        sm = ShardedMiddleware(workers=2, build=build)
+        await sm.start()
+        try:
+            token = sm.open_session("drained")
+            mirror = sm.session("drained")
+            async with aiohttp.ClientSession() as http:
+                status, _, text = await turn(
+                    http, sm.url, token, [{"role": "user", "content": "hi"}]
+                )
+            assert status == 503 and "2 times in a row" in text
+            assert len(engine.generate_requests) == 2
+            for _ in range(200):  # the worker's progress message, read by the parent's loop
+                if mirror.aborted_turns:
+                    break
+                await asyncio.sleep(0.05)
+            assert (mirror.turns_started, mirror.turns_recorded, mirror.aborted_turns) == (1, 0, 1)
+            await sm.finish_session("drained", reward=0.0)
+            assert mirror.aborted_turns == 1 and mirror.closed
+        finally:
+            await sm.close()
 
 
 async def test_a_build_that_fails_raises_from_start_and_leaves_no_worker():

@@ -430,9 +430,11 @@ async def test_evaluation_returns_a_reward_only_placeholder(
 
 
 async def test_engine_abort_stops_the_rollout_promptly(
-    slime_env, qwen_tokenizer, qwen_tokenizer_dir
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
 ):
-    """A turn SGLang finishes with 'abort' ends the rollout at once with an abort placeholder."""
+    """With continuation off, a turn SGLang finishes with 'abort' ends the rollout at once
+    with an abort placeholder."""
+    monkeypatch.setenv("AGENTRL_MAX_ENGINE_ABORTS", "0")
     aborted = ScriptedReply(text="I was cut", finish_reason="abort")
     script = AgentScript(qwen_tokenizer, first=aborted)
     engine = await _engine(qwen_tokenizer, script)
@@ -458,8 +460,10 @@ async def test_engine_abort_seen_only_after_the_rollout_ends_is_still_an_abort(
     """With no poll before the rollout ends, its result's turn facts still flag the abort.
 
     The session is closed by then; the rollout's result keeps what the session recorded.
+    Continuation is off, so the aborted turn reaches the agent as it is.
     """
     monkeypatch.setenv("AGENTRL_ABORT_POLL_SEC", "600")
+    monkeypatch.setenv("AGENTRL_MAX_ENGINE_ABORTS", "0")
     fix = ScriptedReply(
         text="Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}), finish_reason="abort"
     )
@@ -476,6 +480,62 @@ async def test_engine_abort_seen_only_after_the_rollout_ends_is_still_an_abort(
     assert finishes == ["abort", "stop"]  # the agent ran the fix and finished
     assert p.status is Sample.Status.ABORTED and p.metadata["abort_reason"] == "engine_abort"
     assert p.metadata["outcome"] == "solved"
+
+
+async def test_an_engine_abort_is_continued_and_the_rollout_trains(
+    slime_env, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """SGLang aborts the fix's tool call halfway (a weight update): the middleware continues
+    it, Claude Code gets the whole call and runs it, and every sampled token trains once."""
+    fix = qwen_tokenizer("Fixing it.\n" + _tool_call("Bash", {"command": FIX_SCRIPT}))
+    ids = list(fix["input_ids"])
+    partial, rest = ids[: len(ids) // 2], ids[len(ids) // 2 :]
+    script = AgentScript(qwen_tokenizer, first=ScriptedReply(ids=partial, finish_reason="abort"))
+
+    def resuming(body, headers) -> ScriptedReply:
+        if body["input_ids"][-len(partial) :] == partial:
+            return ScriptedReply(ids=rest)
+        return script(body, headers)
+
+    engine = await _engine(qwen_tokenizer, resuming)
+    try:
+        out = await slime_mod.generate(
+            _args(engine, qwen_tokenizer_dir), _textstats_sample(index=14), SAMPLING
+        )
+    finally:
+        await engine.close()
+    assert [g.finish_reason for g in engine.served][:2] == ["abort", "stop"]
+    assert engine.served[1].input_ids == engine.served[0].input_ids + tuple(partial)
+    (s,) = checks.check_return_shape(out)
+    assert s.status is Sample.Status.COMPLETED and not s.remove_sample, s.metadata
+    assert s.reward == 1.0 and s.metadata["outcome"] == "solved"
+    assert sum(s.loss_mask) == sum(len(g.output_ids) for g in engine.served)
+    first = next(m for m in s.metadata["turn_metadata"].values() if m["middleware_turn"] == 0)
+    assert first["engine_resumes"] == [{"at": len(partial), "weight_version": "scripted"}]
+
+
+async def test_a_turn_the_engine_keeps_aborting_stops_the_rollout_promptly(
+    slime_env, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """A turn SGLang aborts AGENTRL_MAX_ENGINE_ABORTS times in a row fails (its continuation
+    was aborted too), and slime's loop ends the rollout at once with an abort placeholder."""
+    monkeypatch.setenv("AGENTRL_MAX_ENGINE_ABORTS", "2")
+    aborted = ScriptedReply(text="I was cut", finish_reason="abort")
+    engine = await _engine(qwen_tokenizer, AgentScript(qwen_tokenizer, first=aborted))
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        out = await slime_mod.generate(
+            _args(engine, qwen_tokenizer_dir), _textstats_sample(index=15), SAMPLING
+        )
+        elapsed = loop.time() - started
+        served = [g.input_ids for g in engine.served]
+    finally:
+        await engine.close()
+    (p,) = checks.check_return_shape(out)
+    assert p.status is Sample.Status.ABORTED and p.metadata["abort_reason"] == "engine_abort"
+    assert len(served) == 2 and len(served[1]) > len(served[0])  # the abort was continued
+    assert elapsed < 60, f"took {elapsed:.1f}s for an aborted rollout (agent budget 120s)"
 
 
 async def test_slime_abort_stops_the_rollout_promptly(

@@ -93,6 +93,14 @@ def test_config_defaults_match_slime_example():
     assert config.grader_name(True) == "scaleswe"
 
 
+def test_config_reads_how_many_engine_aborts_a_turn_survives():
+    """AGENTRL_MAX_ENGINE_ABORTS: 8 by default, 0 turns continuation off, negatives refused."""
+    assert SlimeConfig.from_env({}).max_engine_aborts == 8
+    assert SlimeConfig.from_env({"AGENTRL_MAX_ENGINE_ABORTS": "0"}).max_engine_aborts == 0
+    with pytest.raises(SlimeConfigError, match="AGENTRL_MAX_ENGINE_ABORTS"):
+        SlimeConfig.from_env({"AGENTRL_MAX_ENGINE_ABORTS": "-1"})
+
+
 def test_config_reads_slime_example_aliases():
     """slime's SWE_*/ADAPTER_* names configure agentrl when no AGENTRL_* name is set."""
     env = {

@@ -3,7 +3,8 @@
 ::
 
     mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
-                    trajectory=TrajectoryManager(), prompt_mode="splice")  # or "render"
+                    trajectory=TrajectoryManager(), prompt_mode="splice",  # or "render"
+                    max_engine_aborts=8)   # an engine abort is continued; 0: passed on
     await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
     token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
     samples = await mw.finish_session(sid, reward=1.0, metadata={...})
@@ -18,8 +19,9 @@ parse, reply, record) is :mod:`agentrl.adapters.turns`. A started turn is record
 rolled back when the client's request made it fail (a 4xx, the client going away), so
 ``turns_started - turns_recorded`` counts only turns the engine or the middleware failed.
 A client that goes away cancels the handler (``handler_cancellation``), which aborts the
-engine request. Each session keeps what it recorded (``session(sid).turn_facts``) for the
-rollout that owns it.
+engine request; a generation the engine aborts itself (a weight update) is continued from
+what was sampled while the session is open (:mod:`agentrl.adapters.aborts`). Each session
+keeps what it recorded (``session(sid).turn_facts``) for the rollout that owns it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from aiohttp.http import HttpVersion11
 
 from agentrl import plugins
 from agentrl.adapters import probes
+from agentrl.adapters.aborts import DEFAULT_MAX_ENGINE_ABORTS
 from agentrl.adapters.base import Adapter, ChatRequest, ProtocolError
 from agentrl.adapters.limits import body_cap, count_tokens_allowance, decode_json, read_body
 from agentrl.adapters.offload import Offloader
@@ -107,6 +110,7 @@ class Middleware:
         timings_kept: int = 100_000,
         prompt_mode: str = "splice",
         render_workers: int | None = None,
+        max_engine_aborts: int = DEFAULT_MAX_ENGINE_ABORTS,
     ) -> None:
         check_chat_template_support(tokenizer)
         #: What every turn uses; the properties below read through to it.
@@ -122,6 +126,7 @@ class Middleware:
             stop_ids=frozenset(getattr(tokenizer, "all_special_ids", ()) or ()),
             prompt_mode=check_prompt_mode(prompt_mode),
             offloader=Offloader(render_workers),
+            max_engine_aborts=max_engine_aborts,
         )
         self.max_body_bytes = int(max_body_bytes)
         self.model_name = model_name
@@ -154,6 +159,8 @@ class Middleware:
     prompt_mode: _FromTurns[str] = _FromTurns()
     #: Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted.
     splice_stats: _FromTurns[collections.Counter[str]] = _FromTurns()
+    #: Engine aborts in a row that fail a turn (each one before is continued; 0: none is).
+    max_engine_aborts: _FromTurns[int] = _FromTurns()
 
     @property
     def timings(self) -> collections.deque[TurnTiming]:

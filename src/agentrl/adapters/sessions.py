@@ -88,6 +88,9 @@ class Session:
     #: only turns the engine or the middleware failed.
     turns_started: int = 0
     turns_recorded: int = 0
+    #: turns that failed because the engine aborted their generation ``max_engine_aborts``
+    #: times in a row (an engine being drained; slime's rollout loop stops on it).
+    aborted_turns: int = 0
     #: the index the next turn gets (never reused, even when a turn is rolled back).
     next_index: int = 0
     #: ``count_tokens`` calls answered or refused (bounded by

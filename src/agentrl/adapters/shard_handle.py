@@ -47,6 +47,8 @@ class ShardSession:
     worker: int
     turns_started: int = 0
     turns_recorded: int = 0
+    #: turns that failed on engine aborts (``Session.aborted_turns``)
+    aborted_turns: int = 0
     turn_facts: list[TurnFact] = attrs.field(factory=list)
     closed: bool = False
     #: why the session is lost (its worker is gone), else None
@@ -59,6 +61,7 @@ class ShardSession:
         if state is None:
             return
         self.turns_started, self.turns_recorded = state.turns_started, state.turns_recorded
+        self.aborted_turns = state.aborted_turns
         if final:
             self.turn_facts[:] = state.new_facts
         else:

@@ -75,6 +75,8 @@ class SessionState:
     turns_recorded: int
     #: The facts recorded since the state last sent (all of them in a final state).
     new_facts: tuple[TurnFact, ...] = ()
+    #: Turns that failed on engine aborts (``Session.aborted_turns``).
+    aborted_turns: int = 0
 
 
 async def open_stream(conn: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

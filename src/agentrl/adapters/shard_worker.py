@@ -73,8 +73,9 @@ class _Worker:
         self.writer: asyncio.StreamWriter | None = None
         #: the middleware's token of each session this worker opened, to its id
         self.sids: dict[str, str] = {}
-        #: what the parent was last told of each open session: (started, recorded, facts)
-        self.told: dict[str, tuple[int, int, int]] = {}
+        #: what the parent was last told of each open session: (started, recorded, facts,
+        #: aborted turns)
+        self.told: dict[str, tuple[int, int, int, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, build: Callable[[], Middleware], conn: Any, unix_path: str) -> None:
@@ -163,10 +164,9 @@ class _Worker:
             session = self.middleware.session(sid)
         except KeyError:
             return None
-        told = 0 if final else self.told.get(sid, (0, 0, 0))[2]
-        facts = session.turn_facts
-        self.told[sid] = (session.turns_started, session.turns_recorded, len(facts))
-        return SessionState(session.turns_started, session.turns_recorded, tuple(facts[told:]))
+        told = 0 if final else self.told.get(sid, (0, 0, 0, 0))[2]
+        self.told[sid] = _counts(session)
+        return _state(session, session.turn_facts[told:])
 
     def report(self, sid: str) -> None:
         """Tell the parent what changed in session ``sid`` (nothing when nothing did)."""
@@ -175,8 +175,7 @@ class _Worker:
             session = self.middleware.session(sid)
         except KeyError:
             return
-        now = (session.turns_started, session.turns_recorded, len(session.turn_facts))
-        if now != self.told.get(sid):
+        if _counts(session) != self.told.get(sid):
             send(self.writer, ("progress", sid, self.state(sid)))
 
     # -- the parent's requests ---------------------------------------------------------
@@ -202,7 +201,7 @@ class _Worker:
         assert self.middleware is not None
         token = self.middleware.open_session(sid, **kwargs)
         self.sids[token] = sid
-        self.told[sid] = (0, 0, 0)
+        self.told[sid] = (0, 0, 0, 0)
         return token
 
     def _held(self, sid: str) -> Any:
@@ -219,7 +218,7 @@ class _Worker:
             del self.sids[token]
         if held is None:
             return None
-        return SessionState(held.turns_started, held.turns_recorded, tuple(held.turn_facts))
+        return _state(held, held.turn_facts)
 
     async def finish(self, sid: str, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
         assert self.middleware is not None
@@ -244,3 +243,22 @@ class _Worker:
             "sessions": len(self.told),
             "turns_timed": len(self.middleware.timings),
         }
+
+
+def _counts(session: Any) -> tuple[int, int, int, int]:
+    """What changes in a session that the parent mirrors (turn facts by their count)."""
+    return (
+        session.turns_started,
+        session.turns_recorded,
+        len(session.turn_facts),
+        session.aborted_turns,
+    )
+
+
+def _state(session: Any, facts: Any) -> SessionState:
+    return SessionState(
+        session.turns_started,
+        session.turns_recorded,
+        tuple(facts),
+        aborted_turns=session.aborted_turns,
+    )

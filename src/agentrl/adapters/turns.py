@@ -9,7 +9,9 @@ trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose step
   rejects the conversation is a 400 quoting it);
 - ``generate``: clamp ``max_new_tokens`` to the context budget (a prompt already over
   budget finishes with ``length`` without an engine call) and await the whole generation
-  (an engine failure is a 502; cancelling aborts the engine request);
+  (an engine failure is a 502; cancelling aborts the engine request); a generation the
+  engine aborts is continued from what was sampled while the session is open
+  (:mod:`agentrl.adapters.aborts`), and ``max_engine_aborts`` aborts in a row are a 503;
 - ``parse``: decode the sampled ids and split reasoning and tool calls;
 - ``reply``: send it in the adapter's shape (a client gone away is not recorded);
 - ``record``: the trajectory turn, the session's :class:`~agentrl.types.TurnFact`, the
@@ -24,15 +26,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from agentrl import plugins
+from agentrl.adapters import aborts
 from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
 from agentrl.adapters.offload import Offloader
 from agentrl.adapters.output import ParsedOutput, parse_generation
@@ -52,8 +56,15 @@ from agentrl.adapters.splice import (
     stop_ids_for,
 )
 from agentrl.adapters.wire_ids import mint_id, seal
-from agentrl.engines.base import TOKEN_EXACT_SAMPLING, Engine, EngineError, Generation
+from agentrl.engines.base import (
+    TOKEN_EXACT_SAMPLING,
+    Engine,
+    EngineAbortedError,
+    EngineError,
+    Generation,
+)
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
+from agentrl.retry import RetryPolicy
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnFact, TurnRecordedEvent
 
@@ -177,6 +188,14 @@ class TurnPipeline:
     prompt_mode: str = attrs.field(default="splice", validator=lambda _, a, v: check_prompt_mode(v))
     #: Where rendering and tokenizing run: a bounded pool, off the event loop.
     offloader: Offloader = attrs.field(factory=Offloader)
+    #: Engine aborts in a row that fail a turn (a 503); each one before is continued while
+    #: the session is open. 0: an aborted generation is sent to the client as it is.
+    max_engine_aborts: int = attrs.field(
+        default=aborts.DEFAULT_MAX_ENGINE_ABORTS,
+        validator=lambda _, a, v: aborts.check_max_engine_aborts(v),
+    )
+    #: The wait before each continuation of an aborted generation.
+    abort_backoff: RetryPolicy = aborts.ABORT_BACKOFF
     #: Builds spliced prompts and counts their outcomes (:attr:`splice_stats`).
     splicer: Splicer = attrs.field(init=False)
     #: Guards the chains shared across sessions (renders run in the pool's threads).
@@ -248,11 +267,33 @@ class TurnPipeline:
 
     async def call_engine(
         self, session: Session, index: int, prompt: RenderedPrompt, params: dict[str, Any]
+    ) -> aborts.Continued:
+        """The engine's whole generation, each engine abort continued while the session is
+        open; a failing or unreachable engine is a 502, one that aborts the turn
+        ``max_engine_aborts`` times in a row a 503 (counted in ``session.aborted_turns``)."""
+        try:
+            return await aborts.generate(
+                functools.partial(self._attempt, session, index),
+                prompt.ids,
+                params,
+                wanted=lambda: not session.closed,
+                max_aborts=self.max_engine_aborts,
+                backoff=self.abort_backoff,
+                what=f"session {session.sid} turn {index}",
+            )
+        except EngineAbortedError as exc:
+            session.aborted_turns += 1
+            raise ProtocolError(
+                503, f"{exc}; the turn was not recorded: retry it once the engine serves"
+            ) from None
+
+    async def _attempt(
+        self, session: Session, index: int, ids: Sequence[int], params: Mapping[str, Any]
     ) -> Generation:
-        """The engine's whole generation; a failing or unreachable engine is a 502."""
+        """One engine call under a fresh rid; a failing or unreachable engine is a 502."""
         rid = f"{session.sid}-t{index}-{new_token()[-8:]}"
         try:
-            return await self.engine.generate(prompt.ids, params, rid=rid, routing_key=session.sid)
+            return await self.engine.generate(ids, params, rid=rid, routing_key=session.sid)
         except asyncio.CancelledError:
             # Cancelling generate aborts the engine request (the Engine contract).
             logger.info(
@@ -287,6 +328,8 @@ class Turn:
     #: How :meth:`render` made the prompt in splice mode (None in render mode).
     splice: SplicePlan | None = None
     engine_seconds: float = 0.0
+    #: Where the generation was resumed after an engine abort (``engine_resumes``).
+    resumes: tuple[dict[str, Any], ...] = ()
     #: ``time.time()`` when the turn began (the session page's timeline).
     wall_started: float = attrs.field(factory=time.time)
 
@@ -347,9 +390,10 @@ class Turn:
             )
             return Generation(output_ids=(), logprobs=(), finish_reason="length")
         started = time.perf_counter()
-        generation = await self.pipeline.call_engine(session, self.index, prompt, params)
+        continued = await self.pipeline.call_engine(session, self.index, prompt, params)
         self.engine_seconds = time.perf_counter() - started
-        return generation
+        self.resumes = continued.resumes
+        return continued.generation
 
     def parse(self, prompt: RenderedPrompt, generation: Generation) -> AssistantTurn:
         """What the adapter replies with: the parsed output and this turn's wire-id minters."""
@@ -453,6 +497,7 @@ class Turn:
             "replayed_turns": self.session.links(self.chat.replayed_ids),
             "restored_replays": self.restored,
             "engine_seconds": round(self.engine_seconds, 6),
+            **({"engine_resumes": list(self.resumes)} if self.resumes else {}),
             **(self.splice.metadata() if self.splice is not None else {"prompt_mode": "render"}),
         }
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import plugins
+from agentrl.adapters.aborts import DEFAULT_MAX_ENGINE_ABORTS
 from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
 from agentrl.adapters.shard_wire import tune_gc
 from agentrl.engines.base import EngineLocation, MissingEngineOptionError
@@ -139,6 +140,8 @@ class StackOptions:
     #: Middleware worker processes (sessions sharded by token, each one sticky to one
     #: worker); 1 serves in this process.
     workers: int = 1
+    #: Engine aborts in a row that fail a turn; each one before is continued (0: none is).
+    max_engine_aborts: int = DEFAULT_MAX_ENGINE_ABORTS
     #: Budgets and prompt of every rollout: a ``RolloutConfig`` or a mapping of its fields.
     #: Its ``eval_timeout`` is the graders' budget; None: ``RolloutConfig()`` and each
     #: grader's own default budget.
@@ -250,6 +253,7 @@ class Stack:
                 "fork_threshold_tokens": o.fork_threshold_tokens,
                 "reward_split": o.reward_split,
             },
+            middleware={"max_engine_aborts": o.max_engine_aborts},
         )
 
     def _build_middleware(self) -> Middleware | ShardedMiddleware:
@@ -272,6 +276,7 @@ class Stack:
             trajectory=TrajectoryManager(
                 fork_threshold_tokens=o.fork_threshold_tokens, reward_split=o.reward_split
             ),
+            max_engine_aborts=o.max_engine_aborts,
         )
 
     async def _start(self) -> None:

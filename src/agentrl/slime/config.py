@@ -48,6 +48,7 @@ _FIELD_SETTINGS: dict[str, str] = {
     "boot_retries": "AGENTRL_BOOT_RETRIES",
     "fork_threshold_tokens": "AGENTRL_FORK_THRESHOLD_TOKENS",
     "prompt_mode": "AGENTRL_PROMPT_MODE",
+    "max_engine_aborts": "AGENTRL_MAX_ENGINE_ABORTS",
     "tasks_dir": "AGENTRL_TASKS_DIR",
     "prompt": "AGENTRL_PROMPT_TEMPLATE",
     "max_turns": "AGENTRL_MAX_TURNS",
@@ -130,6 +131,7 @@ class SlimeConfig:
     boot_retries: int = attrs.field(default=2, validator=_non_negative)
     fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
     prompt_mode: str = attrs.field(default="splice", validator=_prompt_mode)
+    max_engine_aborts: int = attrs.field(default=8, validator=_non_negative)
     tasks_dir: str | None = None
     prompt: str | None = None
     max_turns: int | None = attrs.field(default=None, validator=_positive)

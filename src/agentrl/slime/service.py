@@ -216,6 +216,7 @@ class Service:
             max_context_tokens=s.max_context_tokens,
             fork_threshold_tokens=c.fork_threshold_tokens,
             prompt_mode=c.prompt_mode,
+            max_engine_aborts=c.max_engine_aborts,
             boot_concurrency=c.boot_concurrency,
             workers=c.middleware_workers,
             rollout=c.rollout_kwargs(),
@@ -277,12 +278,16 @@ class Service:
             self.loop.call_soon_threadsafe(_cancel)
 
     def engine_aborted(self, session_id: str) -> bool:
-        """Whether the engine answered a turn of the open session ``session_id`` with ``abort``.
+        """Whether the engine aborted a turn of the open session ``session_id`` for good.
 
-        slime's loop asks while the rollout runs; the answer is read from the middleware
-        session's turn facts (a dict lookup and a list scan, which need no lock across
-        threads). Before the session opens and after it closes, the answer is False; the
-        rollout's result carries the facts from then on.
+        That is a turn that finished with ``abort`` (the middleware continues an aborted
+        generation unless ``AGENTRL_MAX_ENGINE_ABORTS=0``) or one that failed because the
+        engine aborted it ``AGENTRL_MAX_ENGINE_ABORTS`` times in a row (an engine being
+        drained). slime's loop asks while the rollout runs; the answer is read from the
+        middleware session's turn facts and counters (a dict lookup and a list scan, which
+        need no lock across threads). Before the session opens and after it closes, the
+        answer is False; the rollout's result carries the facts from then on (a failed
+        turn was not recorded, so it left nothing there to train on).
         """
         stack = getattr(self, "stack", None)
         if stack is None:
@@ -291,7 +296,7 @@ class Service:
             session = stack.middleware.session(session_id)
         except KeyError:
             return False
-        return saw_engine_abort(session.turn_facts)
+        return session.aborted_turns > 0 or saw_engine_abort(session.turn_facts)
 
     async def _tracked(self, key: str, coro: Coroutine[Any, Any, Any]) -> Any:
         task = asyncio.current_task()
