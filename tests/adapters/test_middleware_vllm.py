@@ -8,6 +8,7 @@ run. The engine is the real ``vllm`` client, wrapped only to keep a copy of each
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import aiohttp
@@ -49,8 +50,10 @@ class RecordingVLLM(VLLMEngine):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.generations: list[Generation] = []
+        self.requests: list[tuple[list[int], dict]] = []
 
     async def generate(self, input_ids, sampling_params, **kwargs) -> Generation:
+        self.requests.append((list(input_ids), dict(sampling_params)))
         generation = await super().generate(input_ids, sampling_params, **kwargs)
         self.generations.append(generation)
         return generation
@@ -211,3 +214,55 @@ async def test_rollout_logprobs_match_a_teacher_forced_recompute(stack, vllm_ser
     assert max(gaps) < LOGPROB_TOLERANCE
     shifted = [abs(sample.rollout_logprobs[p - start] - reference[p + 1]) for p in positions[:-1]]
     assert max(shifted) > 0.1 and all(math.isfinite(g) for g in gaps)
+
+
+async def test_an_engine_abort_mid_generation_is_continued_invisibly(stack, vllm_server):
+    """vLLM aborts a turn's generation by its request id (as a trainer's weight update
+    would): the middleware resubmits the prompt plus the partial ids, the client gets one
+    reply of the full length, and the sample trains the partial and the rest exactly as
+    sampled, its metadata marking where the generation resumed."""
+    middleware, engine, http = stack
+    token = _open(middleware, "aborted", max_new_tokens=400, ignore_eos=True)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Count to a thousand."}]}
+    before = await _generated(vllm_server.url)
+    reply = asyncio.create_task(
+        http.post(
+            f"{middleware.url}/v1/chat/completions",
+            json={**body, "max_tokens": 400},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    )
+    deadline = asyncio.get_running_loop().time() + 60
+    while not engine._inflight or (await _generated(vllm_server.url)) - before < 16:
+        assert asyncio.get_running_loop().time() < deadline, "the turn never started decoding"
+        await asyncio.sleep(0.05)
+    (rid,) = engine._inflight
+    await engine.abort(rid)
+    async with await asyncio.wait_for(reply, 120) as response:
+        assert response.status == 200, await response.text()
+        answer = await response.json()
+    assert answer["choices"][0]["finish_reason"] == "length"
+    first, *rest = engine.generations
+    assert first.finish_reason == "abort" and 0 < len(first.output_ids) < 400
+    assert rest and rest[-1].finish_reason == "length"
+    prompt = engine.requests[0][0]
+    assert engine.requests[1][0] == prompt + list(first.output_ids)
+    assert engine.requests[1][1]["max_new_tokens"] == 400 - len(first.output_ids)
+    (sample,) = await middleware.finish_session("aborted", reward=0.0)
+    ids, logprobs = _trained(sample)
+    assert ids == [i for g in engine.generations for i in g.output_ids] and len(ids) == 400
+    assert logprobs == [lp for g in engine.generations for lp in g.logprobs]
+    (metadata,) = sample.metadata["turn_metadata"].values()
+    assert metadata["engine_resumes"][0]["at"] == len(first.output_ids)
+    assert metadata["engine_resumes"][0]["weight_version"] == "default"
+
+
+async def _generated(url: str) -> float:
+    """Tokens the server has generated since it started."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total{")
+    )
