@@ -2,6 +2,7 @@
 # Capture Qwen Code's real traffic offline into tests/fixtures/clients/qwen_code/.
 #
 #   scripts/capture-qwen-code.sh [QWEN]     QWEN: the qwen executable (default .cache/clis/bin/qwen)
+#   ONLY="tool_session ..." scripts/capture-qwen-code.sh   recaptures only those scenarios
 #
 # Each scenario runs the CLI headless (env -i, HOME = a fresh temp dir holding the settings
 # the qwen_code harness writes, cwd = a fresh git repo /tmp/clients/runs/<name>/repo)
@@ -36,6 +37,7 @@ JSON
 # scenario DIR NAME REPLIES LINE: in LINE, $QWEN is the CLI with its environment.
 scenario() {
     local dir="$1" name="$2" replies="$3" line="$4"
+    if [[ -n ${ONLY:-} && " $ONLY " != *" $dir "* ]]; then return 0; fi
     local home="$work/$name/home" repo="$runs/$name/repo"
     rm -rf "$runs/$name" "$out/$dir"/[0-9][0-9][0-9]_*.json
     mkdir -p "$home/.qwen" "$out/$dir"
@@ -54,6 +56,13 @@ WRITE_HELLO='{"content": "I will create the file.", "tool_calls": [{"name": "wri
   "arguments": {"file_path": "@REPO@/hello.txt", "content": "hi\n"}}]}'
 
 scenario . qwen_code "[$WRITE_HELLO, {\"content\": \"Created hello.txt.\"}]" \
+    "\$QWEN -p 'Create a file hello.txt containing hi'"
+
+# Replies with reasoning_content: Qwen Code sends it back, trimmed, in the replayed history.
+scenario reasoning_echoed qwen_code_reasoning '[
+ {"reasoning": "  The user wants a file.\n\n  Write it.  ", "content": "I will create the file.",
+  "tool_calls": [{"name": "write_file", "arguments": {"file_path": "@REPO@/hello.txt", "content": "hi\n"}}]},
+ {"reasoning": "It is written.", "content": "Created hello.txt."}]' \
     "\$QWEN -p 'Create a file hello.txt containing hi'"
 
 scenario tool_session qwen_code_tools '[
