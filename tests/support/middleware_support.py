@@ -18,6 +18,8 @@ from agentrl.testing.stack import started_middleware  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "clients"
+#: Captures kept in the repository (same format; see its README).
+REPO_FIXTURES = REPO_ROOT / "tests" / "fixtures" / "clients"
 #: The stub answered with paths under /tmp/clients/runs/<scenario> (or /workspace/runs/);
 #: the captured requests replay them as /workspace/<scenario>.
 PATH_REWRITES = {"/tmp/clients/runs/": "/workspace/", "/workspace/runs/": "/workspace/"}
@@ -46,14 +48,17 @@ def require_fixtures() -> Path:
 
 
 def scenario_dirs() -> list[Path]:
-    """Every captured scenario directory that holds at least one request."""
-    root = require_fixtures()
-    dirs = sorted({p.parent for p in root.rglob("[0-9][0-9][0-9]_*.json")})
-    return dirs
+    """Every captured scenario directory (shared and in-repo) that holds at least one request."""
+    dirs: set[Path] = set()
+    for root in (require_fixtures(), REPO_FIXTURES):
+        dirs |= {p.parent for p in root.rglob("[0-9][0-9][0-9]_*.json")}
+    return sorted(dirs, key=scenario_id)
 
 
 def scenario_id(path: Path) -> str:
-    return str(path.relative_to(FIXTURES))
+    """The scenario's path below its fixtures root (``codex/subagent_spawn_agent``)."""
+    root = REPO_FIXTURES if path.is_relative_to(REPO_FIXTURES) else FIXTURES
+    return str(path.relative_to(root))
 
 
 def load_requests(directory: Path) -> list[dict[str, Any]]:
