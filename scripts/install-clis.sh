@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the pinned agent CLIs into .cache/clis/ (or $AGENTRL_CLI_DIR): a wrapper around
 # `agentrl install-clis`, which holds the pins (src/agentrl/harnesses/install_clis.py) and
-# takes the same overrides (CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION).
+# takes the same overrides (CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION,
+# QWEN_CODE_VERSION).
 # Extra arguments are passed on (e.g. --only codex).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -253,6 +253,8 @@ SETTINGS: tuple[Setting, ...] = (
             "claude-VERSION)"),
     _s("CODEX_VERSION", "str", _HARN, default_doc="the pinned version",
        help="Codex version agentrl install-clis installs"),
+    _s("QWEN_CODE_VERSION", "str", _HARN, default_doc="the pinned version",
+       help="Qwen Code version agentrl install-clis installs"),
     _s("AGENTRL_CLAUDE_CODE_EXTRA_ARGS", "args", _HARN, aliases=("SLIME_AGENT_CC_EXTRA_ARGS",),
        default=(),
        help="extra claude command-line arguments"),
@@ -265,6 +267,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_CODEX_EXTRA_ENV", "env", _HARN,
        aliases=("SLIME_AGENT_CODEX_EXTRA_ENVS", "SLIME_AGENT_CODEX_EXTRA_ENV"), default_doc="`{}`",
        help="extra environment for the codex CLI"),
+    _s("AGENTRL_QWEN_CODE_EXTRA_ARGS", "args", _HARN, default=(), help="extra qwen arguments"),
+    _s("AGENTRL_QWEN_CODE_EXTRA_ENV", "env", _HARN, default_doc="`{}`", help="extra qwen environment"),
     _s("AGENTRL_SANDBOX_MAX_OUTPUT_BYTES", "int", _SBX, default=1 << 20,
        help="bytes kept from each stream of one exec (at least 64); the middle of a longer "
             "output is cut"),

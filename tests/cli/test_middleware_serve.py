@@ -256,16 +256,20 @@ Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):
   wire_api = "responses"
   AGENTRL_TOKEN=TOKEN-2 codex
 
+Qwen Code:
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3 \\
+  QWEN_USAGE_STATISTICS_ENABLED=false qwen --auth-type openai --model agentrl-policy
+
 OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
-  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3
-  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-3"""
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-4
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-4"""
 
 
 async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
     """The start-up text names, per client, the variables and config that point it here.
 
-    Claude Code's and Codex's come from their harnesses; the URL and the three session
-    tokens (one per client kind) are replaced by placeholders.
+    Claude Code's, Codex's and Qwen Code's come from their harnesses; the URL and the four
+    session tokens (one per client kind) are replaced by placeholders.
     """
     stop = asyncio.Event()
     lines, serving, announce = _announcer()
@@ -278,7 +282,7 @@ async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokeniz
     text = lines[0]
     url = re.search(r"agentrl middleware at (\S+)", text).group(1)
     tokens = list(dict.fromkeys(re.findall(r"(?:TOKEN|API_KEY)=(\S+)", text)))
-    assert len(tokens) == 3
+    assert len(tokens) == 4
     for number, token in enumerate(tokens, start=1):
         text = text.replace(token, f"TOKEN-{number}")
     assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
@@ -333,7 +337,8 @@ async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
         text = lines[0]
         titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
         assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
-        assert titles[2:] == [
+        assert titles[2] == "Qwen Code"
+        assert titles[3:] == [
             "Described CLI",
             "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
         ]

@@ -51,7 +51,8 @@ if os.environ.get("FAKE_NPM_FAIL"):
     sys.exit(os.environ["FAKE_NPM_FAIL"])
 prefix = pathlib.Path(args[args.index("--prefix") + 1])
 package, version = args[-1].rsplit("@", 1)
-binary = {{"@anthropic-ai/claude-code": "claude", "@openai/codex": "codex"}}[package]
+binaries = {{"@anthropic-ai/claude-code": "claude", "@openai/codex": "codex"}}
+binary = {{**binaries, "@qwen-code/qwen-code": "qwen"}}[package]
 home = prefix / "node_modules" / package
 (home / "bin").mkdir(parents=True)
 exe = home / "bin" / binary
@@ -66,7 +67,12 @@ os.symlink(f"../{{package}}/bin/{{binary}}", prefix / "node_modules" / ".bin" / 
 def isolated(tmp_path, monkeypatch):
     """No install anywhere agentrl looks: empty cache, no AGENTRL_CLI_DIR, no checkout."""
     monkeypatch.delenv("AGENTRL_CLI_DIR", raising=False)
-    for var in ("CLAUDE_CODE_VERSION", "CLAUDE_CODE_NODE18_VERSION", "CODEX_VERSION"):
+    for var in (
+        "CLAUDE_CODE_VERSION",
+        "CLAUDE_CODE_NODE18_VERSION",
+        "CODEX_VERSION",
+        "QWEN_CODE_VERSION",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(install_clis, "_checkout_cli_dir", lambda: None)
@@ -97,7 +103,7 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
-    """Three npm installs with the script's flags and layout; a rerun calls npm never."""
+    """Four npm installs with the script's flags and layout; a rerun calls npm never."""
     dest = tmp_path / "clis"
     code, stderr = _install("--dest", str(dest))
     assert code == 0, stderr
@@ -105,6 +111,7 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
         ("claude-2.1.332", "@anthropic-ai/claude-code@2.1.332"),
         ("claude-2.1.197", "@anthropic-ai/claude-code@2.1.197"),
         ("codex-0.171.0", "@openai/codex@0.171.0"),
+        ("qwen-0.24.4", "@qwen-code/qwen-code@0.24.4"),
     ]
     assert fake_npm() == [
         ["install", "--prefix", str(dest / prefix), *NPM_FLAGS, spec] for prefix, spec in specs
@@ -115,6 +122,7 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
         ("claude", "claude-2.1.332", "claude"),
         ("claude-2.1.197", "claude-2.1.197", "claude"),
         ("codex", "codex-0.171.0", "codex"),
+        ("qwen", "qwen-0.24.4", "qwen"),
     ):
         assert os.readlink(dest / "bin" / link) == str(dest / prefix / "node_modules/.bin" / binary)
     assert "installing @openai/codex@0.171.0" in stderr and "ready in" in stderr
@@ -122,8 +130,8 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
     started = time.monotonic()
     code, stderr = _install("--dest", str(dest))
     assert code == 0 and time.monotonic() - started < 1.0, stderr
-    assert len(fake_npm()) == 3
-    assert stderr.count("already installed") == 3
+    assert len(fake_npm()) == 4
+    assert stderr.count("already installed") == 4
 
 
 def test_version_overrides_and_only(fake_npm, tmp_path, monkeypatch):
@@ -178,15 +186,19 @@ def test_npm_failure_names_the_package_and_leaves_no_stamp(fake_npm, tmp_path, m
 
 def test_the_real_install_is_reused_without_touching_it(fake_npm):
     """The CLIs `make test` installed are recognised: no npm, under a second, links untouched."""
-    if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"the agent CLIs are not installed in {CLI_DIR}; run agentrl install-clis")
+    missing = [
+        c.link for c in install_clis.pinned_clis() if not (CLI_DIR / "bin" / c.link).exists()
+    ]
+    if missing:
+        # Checked before the install runs: the stand-in npm must never write into a real install.
+        pytest.fail(f"{missing} not installed in {CLI_DIR}; run agentrl install-clis")
     links = sorted((CLI_DIR / "bin").iterdir())
     before = [(p.name, os.readlink(p), p.lstat().st_mtime_ns) for p in links]
     started = time.monotonic()
     code, stderr = _install("--dest", str(CLI_DIR))
     assert code == 0 and time.monotonic() - started < 1.0, stderr
     assert fake_npm() == []
-    assert stderr.count("already installed") == 3
+    assert stderr.count("already installed") == len(install_clis.PINS)
     assert [(p.name, os.readlink(p), p.lstat().st_mtime_ns) for p in links] == before
 
 

@@ -10,6 +10,8 @@ def register_harnesses(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
     from agentrl.harnesses.claude_code import ClaudeCodeHarness
     from agentrl.harnesses.codex import CodexHarness
+    from agentrl.harnesses.qwen_code import QwenCodeHarness
 
     register(ClaudeCodeHarness)
     register(CodexHarness)
+    register(QwenCodeHarness)

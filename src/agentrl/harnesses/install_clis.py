@@ -8,12 +8,15 @@ npm has finished, so a second run skips every pin already there::
     DEST/bin/claude            -> DEST/claude-2.1.332/node_modules/.bin/claude
     DEST/bin/claude-2.1.197    -> DEST/claude-2.1.197/node_modules/.bin/claude
     DEST/bin/codex             -> DEST/codex-0.171.0/node_modules/.bin/codex
+    DEST/bin/qwen              -> DEST/qwen-0.24.4/node_modules/.bin/qwen
     DEST/<binary>-<version>/.installed
 
 Claude Code 2.1.332 is a native binary that runs on Node 20 although its package declares
 ``engines.node >= 22``; 2.1.197 is the newest declaring ``node >= 18`` (what a plain npm
-install picks on Node 20). ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION`` and
-``CODEX_VERSION`` override the pins.
+install picks on Node 20). Qwen Code 0.24.4 (the newest 0.24.x) also declares
+``engines.node >= 22``; its headless mode runs on Node 20 (only the optional OpenTUI
+interface uses Node 22 APIs). ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION``,
+``CODEX_VERSION`` and ``QWEN_CODE_VERSION`` override the pins.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.npm import is_transient_npm, npm_package_dir
+from agentrl.harnesses.qwen_code import QwenCodeHarness
 from agentrl.retry import RetryPolicy
 from agentrl.tokenizers import default_cache_dir
 
@@ -59,7 +63,7 @@ _NPM_FLAGS = (
     "--no-audit",
     "--no-fund",
     "--no-package-lock",
-    # claude-code declares node >= 22 but ships a native binary that runs on Node 20.
+    # claude-code and qwen-code declare node >= 22 but run on Node 20 (see above).
     "--engine-strict=false",
     "--loglevel=error",
 )
@@ -127,6 +131,13 @@ PINS: tuple[CliPin, ...] = (
         binary=CodexHarness.binary,
         version_var="CODEX_VERSION",
         default_version="0.171.0",
+    ),
+    CliPin(
+        group="qwen",
+        package=QwenCodeHarness.npm_package,
+        binary=QwenCodeHarness.binary,
+        version_var="QWEN_CODE_VERSION",
+        default_version="0.24.4",
     ),
 )
 GROUPS = tuple(dict.fromkeys(pin.group for pin in PINS))
