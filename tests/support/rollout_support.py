@@ -105,6 +105,16 @@ def codex_solution() -> list[str]:
     ]
 
 
+def qwen_code_solution() -> list[str]:
+    """Read with read_file, fix with edit, run the tests with run_shell_command, finish."""
+    return [
+        "Let me look at how words are split.\n" + tool_call("read_file", file_path=CORE),
+        tool_call("edit", file_path=CORE, old_string=BUGGY, new_string=FIXED),
+        tool_call("run_shell_command", command=RUN_TESTS, description="Run the tests"),
+        DONE,
+    ]
+
+
 #: Whitespace a policy put around its thinking and its text (the parser must keep it).
 PAD = "  "
 
