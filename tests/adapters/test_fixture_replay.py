@@ -1,4 +1,4 @@
-"""Replay every captured Claude Code / Codex / Qwen Code request through the middleware.
+"""Replay every captured Claude Code / Codex / Qwen Code / opencode request through the middleware.
 
 The scripted SGLang engine answers each request with what a Qwen3 thinking model samples
 for the capture stub's answer: the template's text for it as the last assistant message
@@ -57,6 +57,10 @@ EXPECTED_SAMPLES = {
     "qwen_code/resume_continue": 2,  # the resumed session's system prompt differs
     "qwen_code/subagent_agent_tool": 2,  # the sub-agent is its own chain
     "qwen_code/tool_session": 1,
+    "opencode": 1,
+    "opencode/continue_session": 1,  # the second run continues the first one's chain
+    "opencode/subagent_task_tool": 2,  # the task tool's sub-agent is its own chain
+    "opencode/title_side_request": 2,  # the session-title side request
 }
 
 #: Splice fallbacks other than a new chain, where the client itself rewrites its history:
@@ -369,8 +373,10 @@ async def test_captured_scenario_splices_every_sampled_token_into_one_sample_per
     ids so far); a chain's first turn is the full template render of the conversation.
     """
     replay = await _replay(directory, reasoning, middleware, scripted_engine, qwen_tokenizer, http)
-    # Chat Completions clients (Codex 0.94) send no reasoning back.
-    echoes = reasoning == "echoed" and "wire_api_chat" not in scenario_id(directory)
+    # Chat Completions clients send no reasoning back, except Qwen Code.
+    paths = {r["path"] for r in load_requests(directory) if r["method"] == "POST"}
+    protocol = "openai_chat" if paths == {"/v1/chat/completions"} else "other"
+    echoes = reasoning == "echoed" and _echoes_reasoning(protocol, scenario_id(directory))
     assert (replay.echoed > 0) == echoes
     expected_fallbacks = {"new_chain", *CLIENT_REWRITES.get(scenario_id(directory), ())}
     assert set(middleware.splice_stats) == {"spliced", *expected_fallbacks}, middleware.splice_stats
