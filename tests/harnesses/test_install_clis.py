@@ -52,7 +52,7 @@ if os.environ.get("FAKE_NPM_FAIL"):
 prefix = pathlib.Path(args[args.index("--prefix") + 1])
 package, version = args[-1].rsplit("@", 1)
 binaries = {{"@anthropic-ai/claude-code": "claude", "@openai/codex": "codex"}}
-binary = {{**binaries, "@qwen-code/qwen-code": "qwen"}}[package]
+binary = {{**binaries, "@qwen-code/qwen-code": "qwen", "opencode-ai": "opencode"}}[package]
 home = prefix / "node_modules" / package
 (home / "bin").mkdir(parents=True)
 exe = home / "bin" / binary
@@ -72,6 +72,7 @@ def isolated(tmp_path, monkeypatch):
         "CLAUDE_CODE_NODE18_VERSION",
         "CODEX_VERSION",
         "QWEN_CODE_VERSION",
+        "OPENCODE_VERSION",
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
@@ -112,6 +113,7 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
         ("claude-2.1.197", "@anthropic-ai/claude-code@2.1.197"),
         ("codex-0.171.0", "@openai/codex@0.171.0"),
         ("qwen-0.24.4", "@qwen-code/qwen-code@0.24.4"),
+        ("opencode-1.18.33", "opencode-ai@1.18.33"),
     ]
     assert fake_npm() == [
         ["install", "--prefix", str(dest / prefix), *NPM_FLAGS, spec] for prefix, spec in specs
@@ -123,6 +125,7 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
         ("claude-2.1.197", "claude-2.1.197", "claude"),
         ("codex", "codex-0.171.0", "codex"),
         ("qwen", "qwen-0.24.4", "qwen"),
+        ("opencode", "opencode-1.18.33", "opencode"),
     ):
         assert os.readlink(dest / "bin" / link) == str(dest / prefix / "node_modules/.bin" / binary)
     assert "installing @openai/codex@0.171.0" in stderr and "ready in" in stderr

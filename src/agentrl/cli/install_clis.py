@@ -35,11 +35,12 @@ __all__ = ["install_clis_command"]
     help="Install only this CLI (repeatable) [default: all].",
 )
 def install_clis_command(dest: str | None, only: tuple[str, ...]) -> None:
-    """Install the pinned agent CLIs (Claude Code, Codex, Qwen Code) with npm, for the local sandbox.
+    """Install the pinned agent CLIs (Claude Code, Codex, Qwen Code, opencode) with npm, for
+    the local sandbox.
 
     Pins already installed are skipped, so a rerun takes well under a second. The
-    variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION and
-    QWEN_CODE_VERSION override the pinned versions.
+    variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION,
+    QWEN_CODE_VERSION and OPENCODE_VERSION override the pinned versions.
     """
     target = pathlib.Path(dest) if dest else default_dest()
 

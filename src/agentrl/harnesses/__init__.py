@@ -10,8 +10,10 @@ def register_harnesses(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
     from agentrl.harnesses.claude_code import ClaudeCodeHarness
     from agentrl.harnesses.codex import CodexHarness
+    from agentrl.harnesses.opencode import OpencodeHarness
     from agentrl.harnesses.qwen_code import QwenCodeHarness
 
     register(ClaudeCodeHarness)
     register(CodexHarness)
     register(QwenCodeHarness)
+    register(OpencodeHarness)

@@ -156,6 +156,8 @@ class Harness(abc.ABC):
     extra_env_vars: ClassVar[tuple[str, ...]] = ()
     #: Workdir-relative paths the CLI may create that are never part of the agent's diff.
     workspace_excludes: ClassVar[tuple[str, ...]] = ()
+    #: The CLI reads the prompt from stdin rather than as its last argument.
+    prompt_on_stdin: ClassVar[bool] = False
 
     cli_path: str | None = None
     tarballs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
@@ -324,11 +326,15 @@ class Harness(abc.ABC):
     def shell_command(self, ctx: HarnessContext) -> str:
         """The detached shell line: cd to the workdir, run the CLI, log its output."""
         argv = [self.launcher, *self.command(ctx), *(self.extra_args or ())]
+        prompt = shlex.quote(self.prompt_path)
+        if self.prompt_on_stdin:
+            prompt_arg, stdin = "", prompt
+        else:
+            prompt_arg, stdin = f'"$(cat {prompt})" ', "/dev/null"
         return self.with_path(
             'AGENTRL_PATH="$PATH"; export AGENTRL_PATH; '
-            f"cd {shlex.quote(ctx.workdir)} && exec {shlex.join(argv)} "
-            f'"$(cat {shlex.quote(self.prompt_path)})" '
-            f"> {shlex.quote(self.log_path)} 2> {shlex.quote(self.stderr_path)} < /dev/null"
+            f"cd {shlex.quote(ctx.workdir)} && exec {shlex.join(argv)} {prompt_arg}"
+            f"> {shlex.quote(self.log_path)} 2> {shlex.quote(self.stderr_path)} < {stdin}"
         )
 
     async def run(

@@ -9,14 +9,17 @@ npm has finished, so a second run skips every pin already there::
     DEST/bin/claude-2.1.197    -> DEST/claude-2.1.197/node_modules/.bin/claude
     DEST/bin/codex             -> DEST/codex-0.171.0/node_modules/.bin/codex
     DEST/bin/qwen              -> DEST/qwen-0.24.4/node_modules/.bin/qwen
+    DEST/bin/opencode          -> DEST/opencode-1.18.33/node_modules/.bin/opencode
     DEST/<binary>-<version>/.installed
 
 Claude Code 2.1.332 is a native binary that runs on Node 20 although its package declares
 ``engines.node >= 22``; 2.1.197 is the newest declaring ``node >= 18`` (what a plain npm
 install picks on Node 20). Qwen Code 0.24.4 (the newest 0.24.x) also declares
 ``engines.node >= 22``; its headless mode runs on Node 20 (only the optional OpenTUI
-interface uses Node 22 APIs). ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION``,
-``CODEX_VERSION`` and ``QWEN_CODE_VERSION`` override the pins.
+interface uses Node 22 APIs). opencode's bin is a native binary that its package's
+postinstall links from the platform package (``opencode-linux-x64``); it needs no Node at
+run time. ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION``, ``CODEX_VERSION``,
+``QWEN_CODE_VERSION`` and ``OPENCODE_VERSION`` override the pins.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.npm import is_transient_npm, npm_package_dir
+from agentrl.harnesses.opencode import OpencodeHarness
 from agentrl.harnesses.qwen_code import QwenCodeHarness
 from agentrl.retry import RetryPolicy
 from agentrl.tokenizers import default_cache_dir
@@ -138,6 +142,13 @@ PINS: tuple[CliPin, ...] = (
         binary=QwenCodeHarness.binary,
         version_var="QWEN_CODE_VERSION",
         default_version="0.24.4",
+    ),
+    CliPin(
+        group="opencode",
+        package=OpencodeHarness.npm_package,
+        binary=OpencodeHarness.binary,
+        version_var="OPENCODE_VERSION",
+        default_version="1.18.33",
     ),
 )
 GROUPS = tuple(dict.fromkeys(pin.group for pin in PINS))
