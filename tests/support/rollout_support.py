@@ -115,6 +115,16 @@ def qwen_code_solution() -> list[str]:
     ]
 
 
+def opencode_solution() -> list[str]:
+    """Read with read, fix with edit, run the tests with bash, finish (opencode's tool names)."""
+    return [
+        "Let me look at how words are split.\n" + tool_call("read", filePath=CORE),
+        tool_call("edit", filePath=CORE, oldString=BUGGY, newString=FIXED),
+        tool_call("bash", command=RUN_TESTS, description="Run the tests"),
+        DONE,
+    ]
+
+
 #: Whitespace a policy put around its thinking and its text (the parser must keep it).
 PAD = "  "
 
