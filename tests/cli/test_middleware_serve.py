@@ -260,15 +260,19 @@ Qwen Code:
   OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3 \\
   QWEN_USAGE_STATISTICS_ENABLED=false qwen --auth-type openai --model agentrl-policy
 
+opencode (in ~/.config/opencode/opencode.json, then run with AGENTRL_TOKEN set):
+  {"provider": {"agentrl": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": "URL/v1", "apiKey": "{env:AGENTRL_TOKEN}"}, "models": {"agentrl-policy": {}}}}, "model": "agentrl/agentrl-policy"}
+  AGENTRL_TOKEN=TOKEN-4 opencode
+
 OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
-  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-4
-  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-4"""
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-5
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-5"""
 
 
 async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
     """The start-up text names, per client, the variables and config that point it here.
 
-    Claude Code's, Codex's and Qwen Code's come from their harnesses; the URL and the four
+    Claude Code's, Codex's, Qwen Code's and opencode's come from their harnesses; the URL and the five
     session tokens (one per client kind) are replaced by placeholders.
     """
     stop = asyncio.Event()
@@ -282,7 +286,7 @@ async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokeniz
     text = lines[0]
     url = re.search(r"agentrl middleware at (\S+)", text).group(1)
     tokens = list(dict.fromkeys(re.findall(r"(?:TOKEN|API_KEY)=(\S+)", text)))
-    assert len(tokens) == 4
+    assert len(tokens) == 5
     for number, token in enumerate(tokens, start=1):
         text = text.replace(token, f"TOKEN-{number}")
     assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
@@ -338,7 +342,8 @@ async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
         titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
         assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
         assert titles[2] == "Qwen Code"
-        assert titles[3:] == [
+        assert titles[3].startswith("opencode (")
+        assert titles[4:] == [
             "Described CLI",
             "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
         ]

@@ -197,3 +197,43 @@ async def test_opencode_reports_an_engine_failure_and_exits_nonzero(
     assert code != 0, stdout[-2000:] + stderr[-2000:]
     assert "inference engine failed" in stdout + stderr, stdout[-2000:] + stderr[-2000:]
     assert not middleware.trajectory.has_session("opencode-down")
+
+
+@pytest.mark.slow
+async def test_opencode_client_setup_reaches_the_session(tmp_path, middleware, scripted_engine):
+    """The host instructions (``agentrl serve``) work as printed: opencode with that
+    opencode.json and the token variable gets the session's answer; exit 0."""
+    git_repo(tmp_path)
+    token = middleware.open_session("opencode-host")
+    scripted_engine.queue("Hello from the session.", session="opencode-host")
+    setup = OpencodeHarness.client_setup(middleware.url, token)
+    config_line, run_line = setup.lines
+    assignment, binary = run_line.split(" ")
+    assert binary == "opencode"
+    variable, value = assignment.split("=", 1)
+    home = tmp_path / "home"
+    prompt = tmp_path / "prompt.txt"
+    write_files({str(home / ".config/opencode/opencode.json"): config_line, str(prompt): "Hi"})
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        variable: value,
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    }
+    with prompt.open("rb") as stdin:
+        process = await asyncio.create_subprocess_exec(
+            str(opencode()),
+            *["run", "--format", "json", "--title", "host"],
+            cwd=tmp_path / "repo",
+            env=env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 180)
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    assert "Hello from the session." in stdout.decode()
+    assert len(scripted_engine.served) == 1

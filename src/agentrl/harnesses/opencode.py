@@ -15,6 +15,8 @@ __all__ = ["OpencodeHarness"]
 DEFAULT_MODEL = "agentrl-policy"
 _PROVIDER = "agentrl"
 _KEY_VAR = "AGENTRL_SESSION_TOKEN"
+#: The variable a person sets to the session token for an opencode run by hand on the host.
+_HOST_KEY_VAR = "AGENTRL_TOKEN"
 #: Switches that keep opencode off the network: no update check, no models.dev fetch, no
 #: LSP server or default plugin downloads, no config or skills from the task's repository
 #: or from ``~/.claude``.
@@ -74,20 +76,20 @@ class OpencodeHarness(Harness):
 
     @classmethod
     def client_setup(cls, base_url: str, token: str) -> ClientSetup:
-        """An ``opencode.json`` provider for the middleware's ``/v1``, the token inline."""
+        """An ``opencode.json`` provider for the middleware's ``/v1``, the token in an env var."""
         config = {
             "provider": {
                 _PROVIDER: {
                     "npm": "@ai-sdk/openai-compatible",
-                    "options": {"baseURL": base_url + "/v1", "apiKey": token},
+                    "options": {"baseURL": base_url + "/v1", "apiKey": f"{{env:{_HOST_KEY_VAR}}}"},
                     "models": {DEFAULT_MODEL: {}},
                 }
             },
             "model": f"{_PROVIDER}/{DEFAULT_MODEL}",
         }
         return ClientSetup(
-            title="opencode (in ~/.config/opencode/opencode.json)",
-            lines=(json.dumps(config), f"{cls.binary} run --title agentrl < prompt.txt"),
+            title=f"opencode (in ~/.config/opencode/opencode.json, then run with {_HOST_KEY_VAR} set)",
+            lines=(json.dumps(config), f"{_HOST_KEY_VAR}={token} {cls.binary}"),
         )
 
     @property
