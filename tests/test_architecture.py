@@ -31,7 +31,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.retry",
         "agentrl.jsonio",
     ),
-    ("agentrl.trajectory", "agentrl.tokenizers"),
+    ("agentrl.trajectory", "agentrl.tokenizers", "agentrl.settings_doc"),
     (
         "agentrl.engines.base",
         "agentrl.parsers.base",

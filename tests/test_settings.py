@@ -10,7 +10,7 @@ import re
 import attrs
 import pytest
 
-from agentrl import settings
+from agentrl import settings, settings_doc
 from agentrl.settings import SETTINGS, SettingsError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -107,9 +107,9 @@ def _constants(path: pathlib.Path) -> set[str]:
 def test_docs_table_is_the_generated_one():
     """docs/settings.md holds exactly the table the code generates."""
     text = (DOCS / "settings.md").read_text()
-    assert text == settings.replace_table(text), (
+    assert text == settings_doc.replace_table(text), (
         "docs/settings.md is out of date with agentrl.settings.SETTINGS; regenerate it with "
-        "`python -m agentrl.settings --write docs/settings.md`"
+        "`python -m agentrl.settings_doc --write docs/settings.md`"
     )
 
 

@@ -7,7 +7,7 @@ value wins (the ``AGENTRL_*`` name over every alias, aliases in the order listed
 value counts as unset; the value is parsed by type, and a malformed one raises
 ``SettingsError`` naming the variable and the value. Nothing is read at import time.
 
-``python -m agentrl.settings --markdown`` prints the table that docs/settings.md holds;
+``python -m agentrl.settings_doc --markdown`` prints the table that docs/settings.md holds;
 ``--write docs/settings.md`` refreshes it in place.
 """
 
@@ -18,7 +18,6 @@ import logging
 import os
 import pathlib
 import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +31,6 @@ __all__ = [
     "Value",
     "chain",
     "get",
-    "markdown",
     "setting",
 ]
 
@@ -220,6 +218,20 @@ def _s(name: str, type: str, readers: str, **more: Any) -> Setting:
 
 _PLUGINS, _TOK, _LOCAL = "agentrl.plugins", "agentrl.tokenizers", "agentrl.sandboxes.local"
 _HARN, _SBX, _E2B = "agentrl.harnesses", "agentrl.sandboxes", "agentrl.sandboxes.e2b"
+
+
+def _cli(version_var: str, title: str, prefix: str, binary: str) -> tuple[Setting, ...]:
+    """A harness CLI's pin override and its extra arguments and environment."""
+    return (
+        _s(version_var, "str", _HARN, default_doc="the pinned version",
+           help=f"{title} version agentrl install-clis installs"),
+        _s(f"AGENTRL_{prefix}_EXTRA_ARGS", "args", _HARN, default=(),
+           help=f"extra {binary} command-line arguments"),
+        _s(f"AGENTRL_{prefix}_EXTRA_ENV", "env", _HARN, default_doc="`{}`",
+           help=f"extra environment for the {binary} CLI"),
+    )  # fmt: skip
+
+
 _GRD, _RO, _SL = "agentrl.graders", "agentrl.rollout", "agentrl.slime"
 _OBS = "agentrl.observers"
 
@@ -253,10 +265,8 @@ SETTINGS: tuple[Setting, ...] = (
             "claude-VERSION)"),
     _s("CODEX_VERSION", "str", _HARN, default_doc="the pinned version",
        help="Codex version agentrl install-clis installs"),
-    _s("QWEN_CODE_VERSION", "str", _HARN, default_doc="the pinned version",
-       help="Qwen Code version agentrl install-clis installs"),
-    _s("OPENCODE_VERSION", "str", _HARN, default_doc="the pinned version",
-       help="opencode version agentrl install-clis installs"),
+    *_cli("QWEN_CODE_VERSION", "Qwen Code", "QWEN_CODE", "qwen"),
+    *_cli("OPENCODE_VERSION", "opencode", "OPENCODE", "opencode"),
     _s("AGENTRL_CLAUDE_CODE_EXTRA_ARGS", "args", _HARN, aliases=("SLIME_AGENT_CC_EXTRA_ARGS",),
        default=(),
        help="extra claude command-line arguments"),
@@ -269,12 +279,6 @@ SETTINGS: tuple[Setting, ...] = (
     _s("AGENTRL_CODEX_EXTRA_ENV", "env", _HARN,
        aliases=("SLIME_AGENT_CODEX_EXTRA_ENVS", "SLIME_AGENT_CODEX_EXTRA_ENV"), default_doc="`{}`",
        help="extra environment for the codex CLI"),
-    _s("AGENTRL_QWEN_CODE_EXTRA_ARGS", "args", _HARN, default=(), help="extra qwen arguments"),
-    _s("AGENTRL_QWEN_CODE_EXTRA_ENV", "env", _HARN, default_doc="`{}`", help="extra qwen environment"),
-    _s("AGENTRL_OPENCODE_EXTRA_ARGS", "args", _HARN, default=(),
-       help="extra opencode run command-line arguments"),
-    _s("AGENTRL_OPENCODE_EXTRA_ENV", "env", _HARN, default_doc="`{}`",
-       help="extra environment for the opencode CLI"),
     _s("AGENTRL_SANDBOX_MAX_OUTPUT_BYTES", "int", _SBX, default=1 << 20,
        help="bytes kept from each stream of one exec (at least 64); the middle of a longer "
             "output is cut"),
@@ -446,58 +450,3 @@ def chain(names: Sequence[str], type: str) -> Setting:
     if known is not None and known.names == tuple(names):
         return known
     return Setting(name=names[0], aliases=tuple(names[1:]), type=type, help=names[0], readers=())
-
-
-def _default_text(s: Setting) -> str:
-    if s.default_doc is not None:
-        return s.default_doc
-    if s.fallback is not None:
-        return f"`{s.fallback}`"
-    if s.default is None or s.default == ():
-        return "unset"
-    if isinstance(s.default, bool):
-        return f"`{int(s.default)}`"
-    if isinstance(s.default, float):
-        return f"`{s.default:g}`"
-    return f"`{s.default}`"
-
-
-def markdown() -> str:
-    """The settings table as docs/settings.md shows it: a type legend, then one table per reader."""
-    lines = ["| type | written as |", "| --- | --- |"]
-    lines += [f"| `{kind}` | {text} |" for kind, text in TYPES.items()]
-    for reader in dict.fromkeys(s.readers[0] for s in SETTINGS):
-        lines += ["", f"### {reader}", ""]
-        lines += ["| name | aliases | type | default | help |", "| --- | --- | --- | --- | --- |"]
-        for s in (s for s in SETTINGS if s.readers[0] == reader):
-            kind = f"`{s.type}`" + (f" {_CHECKS[s.check]}" if s.check else "")
-            aliases = ", ".join(f"`{a}`" for a in s.aliases) or "—"
-            cells = (f"`{s.name}`", aliases, kind, _default_text(s), s.help)
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def replace_table(text: str) -> str:
-    """``text`` (docs/settings.md) with the part between the table markers regenerated."""
-    start, end = _MARKERS
-    head, found, rest = text.partition(start)
-    _, found_end, tail = rest.partition(end)
-    if not found or not found_end:
-        raise ValueError(f"no {start} ... {end} markers in the text")
-    return f"{head}{start}\n{markdown()}{end}{tail}"
-
-
-def _main(argv: Sequence[str]) -> int:
-    if list(argv) == ["--markdown"]:
-        sys.stdout.write(markdown())
-        return 0
-    if len(argv) == 2 and argv[0] == "--write":
-        path = pathlib.Path(argv[1])
-        path.write_text(replace_table(path.read_text()))
-        return 0
-    sys.stderr.write("usage: python -m agentrl.settings --markdown | --write docs/settings.md\n")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

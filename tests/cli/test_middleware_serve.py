@@ -256,13 +256,13 @@ Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):
   wire_api = "responses"
   AGENTRL_TOKEN=TOKEN-2 codex
 
-Qwen Code:
-  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-3 \\
-  QWEN_USAGE_STATISTICS_ENABLED=false qwen --auth-type openai --model agentrl-policy
-
 opencode (in ~/.config/opencode/opencode.json, then run with AGENTRL_TOKEN set):
   {"provider": {"agentrl": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": "URL/v1", "apiKey": "{env:AGENTRL_TOKEN}"}, "models": {"agentrl-policy": {}}}}, "model": "agentrl/agentrl-policy"}
-  AGENTRL_TOKEN=TOKEN-4 opencode
+  AGENTRL_TOKEN=TOKEN-3 opencode
+
+Qwen Code:
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-4 \\
+  QWEN_USAGE_STATISTICS_ENABLED=false qwen --auth-type openai --model agentrl-policy
 
 OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
   OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-5
@@ -272,8 +272,8 @@ OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
 async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
     """The start-up text names, per client, the variables and config that point it here.
 
-    Claude Code's, Codex's, Qwen Code's and opencode's come from their harnesses; the URL and the five
-    session tokens (one per client kind) are replaced by placeholders.
+    Claude Code's, Codex's, opencode's and Qwen Code's come from their harnesses; the URL
+    and the five session tokens (one per client kind) are replaced by placeholders.
     """
     stop = asyncio.Event()
     lines, serving, announce = _announcer()
@@ -341,8 +341,8 @@ async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
         text = lines[0]
         titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
         assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
-        assert titles[2] == "Qwen Code"
-        assert titles[3].startswith("opencode (")
+        assert titles[2].startswith("opencode (")
+        assert titles[3] == "Qwen Code"
         assert titles[4:] == [
             "Described CLI",
             "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
