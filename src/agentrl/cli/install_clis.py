@@ -1,4 +1,4 @@
-"""``agentrl install-clis``: the pinned agent CLIs, installed with npm for the local sandbox.
+"""``agentrl install-clis``: the pinned agent CLIs, installed with npm or pip for the sandboxes.
 
 What is installed where, and how an install is found, is
 :mod:`agentrl.harnesses.install_clis`; this module is the command around it.
@@ -35,8 +35,8 @@ __all__ = ["install_clis_command"]
     help="Install only this CLI (repeatable) [default: all].",
 )
 def install_clis_command(dest: str | None, only: tuple[str, ...]) -> None:
-    """Install the pinned agent CLIs (Claude Code, Codex, Qwen Code, opencode) with npm, for
-    the local sandbox.
+    """Install the pinned agent CLIs (Claude Code, Codex, Qwen Code, opencode with npm; Python
+    CLIs with pip) for the sandboxes.
 
     Pins already installed are skipped, so a rerun takes well under a second. The
     variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION,

@@ -35,16 +35,25 @@ __all__ = [
 ]
 
 
-def _default_cli_dir(harness: str) -> str | None:
-    """The host CLI install for ``harness``: agentrl's own, else its binary on PATH."""
+def _default_cli_dir(harness: str, harness_options: str | None = None) -> str | None:
+    """The host CLI install for ``harness``: agentrl's own, else its npm binary on PATH.
+
+    None when the harness needs none: its CLI comes from the image (``install_kind
+    "image"``), or ``--harness-options`` gives it ``cli_path`` or ``tarballs``.
+    """
     from agentrl.harnesses.errors import HarnessError
+    from agentrl.harnesses.kinds import install_kind
 
     try:
-        binary = getattr(plugins.get_harness(harness), "binary", None)
+        harness_cls = plugins.get_harness(harness)
     except PluginError:
-        binary = None  # an unknown harness is reported with the other option checks
+        harness_cls = None  # an unknown harness is reported with the other option checks
+    given = json_object_option(harness_options, "--harness-options")
+    if given.get("cli_path") or given.get("tarballs"):
+        return None
+    kind = install_kind(harness_cls) if harness_cls is not None else "npm"
     try:
-        found = find_cli_dir(binary)
+        found = find_cli_dir(getattr(harness_cls, "binary", None), kind)
     except HarnessError as exc:
         raise click.ClickException(str(exc)) from None
     return str(found) if found is not None else None
@@ -219,7 +228,7 @@ def rollout_command(**kw: Any) -> None:
     track = track_from(kw, default_directory=kw["out"])
     cli_dir = kw["cli_dir"]
     if cli_dir is None:
-        cli_dir = _default_cli_dir(kw["harness"])
+        cli_dir = _default_cli_dir(kw["harness"], kw["harness_options"])
     sampling = {}
     if kw["temperature"] is not None:
         sampling["temperature"] = kw["temperature"]

@@ -7,6 +7,19 @@ launches the CLI detached as the unprivileged agent user under a time budget. It
 talks to the model itself. It also says how the CLI, run by hand on the host, is pointed
 at a middleware session (:class:`ClientSetup`, printed by ``agentrl serve``).
 
+Where the CLI comes from is the harness's ``install_kind``:
+
+* ``"npm"`` (the default): the npm package ``npm_package``; ``agentrl install-clis``
+  installs its pin on the host and the sandbox runs that install, bound in read-only
+  (or ``tarballs=`` are installed inside the sandbox);
+* ``"python"``: the PyPI package ``python_package``; ``agentrl install-clis`` installs its
+  pin with pip into a self-contained directory beside a launcher that runs
+  ``python3 -m python_module`` with the sandbox's own ``python3`` (which must be the
+  minor version pip installed for), bound in read-only like an npm install;
+* ``"image"``: the sandbox's image provides ``binary`` on its ``PATH``; nothing is
+  installed on the host, and ``min_version`` (when set) is checked against the output
+  of ``binary *version_args`` in the sandbox.
+
 Everything a harness writes lives under its ``state_dir`` (outside the task's workdir), so
 the agent's diff never contains harness files.
 """
@@ -26,6 +39,7 @@ import attrs
 
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.install import host_install, install_cli
+from agentrl.harnesses.kinds import check_install_kind, install_hint
 from agentrl.harnesses.npm import jittered_backoff
 from agentrl.harnesses.options import parse_extra_args, parse_extra_env
 from agentrl.plugin_options import check_option_keys, keyword_parameters
@@ -149,8 +163,18 @@ class Harness(abc.ABC):
     protocol: ClassVar[str]
     #: The CLI executable's name.
     binary: ClassVar[str]
-    #: The npm package that provides it.
-    npm_package: ClassVar[str]
+    #: Where the CLI comes from: ``"npm"``, ``"python"`` or ``"image"`` (module docstring).
+    install_kind: ClassVar[str] = "npm"
+    #: The npm package that provides it (``install_kind = "npm"``).
+    npm_package: ClassVar[str] = ""
+    #: The PyPI distribution that provides it, and the module ``python3 -m`` runs
+    #: (``install_kind = "python"``).
+    python_package: ClassVar[str] = ""
+    python_module: ClassVar[str] = ""
+    #: Arguments that make the CLI print its version (the install probe runs them).
+    version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    #: The oldest version the harness works with, checked in the sandbox; None: any.
+    min_version: ClassVar[str | None] = None
     #: Environment variables read for extra CLI arguments / environment, first set wins.
     extra_args_vars: ClassVar[tuple[str, ...]] = ()
     extra_env_vars: ClassVar[tuple[str, ...]] = ()
@@ -178,6 +202,7 @@ class Harness(abc.ABC):
             self.extra_args = tuple(self.extra_args)
         if self.extra_env is None:
             self.extra_env = parse_extra_env(self.environ, self.extra_env_vars)
+        check_install_kind(self)
         for path in (*self.tarballs, *([self.node_tarball] if self.node_tarball else [])):
             if not pathlib.Path(path).is_file():
                 raise HarnessError(
@@ -209,9 +234,7 @@ class Harness(abc.ABC):
         if shutil.which(self.binary, path=search_path) is None:
             raise HarnessError(
                 f"{self.name}: no {self.binary} CLI installed: the sandbox would look for it "
-                f"on PATH={search_path}, where this machine has none. Install it with "
-                "`agentrl install-clis` (agentrl rollout then finds it; or pass --cli-dir), "
-                "or give the harness cli_path= or tarballs="
+                f"on PATH={search_path}, where this machine has none. {install_hint(self)}"
             )
 
     @classmethod

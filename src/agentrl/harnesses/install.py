@@ -10,9 +10,11 @@
   backoff on transient npm failures;
 * ``cli_path``: the CLI's executable as the sandbox sees it (e.g. a host install bound
   read-only into a local sandbox, see :func:`host_install`);
-* otherwise the CLI's binary name on the sandbox's ``PATH``.
+* otherwise the CLI's binary name on the sandbox's ``PATH`` (where an ``image`` harness's
+  CLI always comes from).
 
-``node_tarball`` (a Node.js ``linux-x64`` tar archive on the host) is unpacked first when
+The CLI must answer ``binary *version_args`` (``--version``) in the sandbox, with at least
+the harness's ``min_version`` when it states one. ``node_tarball`` (a Node.js ``linux-x64`` tar archive on the host) is unpacked first when
 the sandbox has no ``node``. Installing the pinned CLIs on the host itself is
 :mod:`agentrl.harnesses.install_clis`.
 """
@@ -27,6 +29,7 @@ import shlex
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from agentrl.harnesses.errors import HarnessError
+from agentrl.harnesses.kinds import check_min_version, install_hint, install_kind, package_of
 from agentrl.harnesses.npm import npm_install_specs, package_bin, run_npm_install
 from agentrl.retry import RetryPolicy
 
@@ -43,7 +46,9 @@ class InstallTarget(Protocol):
 
     name: ClassVar[str]
     binary: ClassVar[str]
+    install_kind: ClassVar[str]
     npm_package: ClassVar[str]
+    version_args: ClassVar[tuple[str, ...]]
     cli_path: str | None
     tarballs: tuple[str, ...]
     node_tarball: str | None
@@ -66,7 +71,8 @@ class InstallTarget(Protocol):
 async def install_cli(harness: InstallTarget, sandbox: Sandbox) -> str:
     """Make ``harness``'s CLI runnable in ``sandbox``; returns the real path of its executable.
 
-    The CLI is linked at ``harness.launcher`` and must answer ``--version`` there.
+    The CLI is linked at ``harness.launcher`` and must answer ``--version`` (the harness's
+    ``version_args``) there, with at least its ``min_version``.
     """
     q_state = shlex.quote(harness.state_dir)
     await harness._root(sandbox, f"mkdir -p {q_state}/bin {q_state}/home && chmod 755 {q_state}")
@@ -78,18 +84,21 @@ async def install_cli(harness: InstallTarget, sandbox: Sandbox) -> str:
         target = await _find_preinstalled(harness, sandbox)
     launcher = shlex.quote(harness.launcher)
     await harness._root(sandbox, f"ln -sfn {shlex.quote(target)} {launcher}")
+    version_args = tuple(getattr(harness, "version_args", ("--version",)))
     probe = await sandbox.exec(
-        harness.with_path(f"{launcher} --version"),
+        harness.with_path(shlex.join([harness.launcher, *version_args])),
         user="root",
         env={"HOME": harness.home},
         timeout=120,
     )
     if probe.exit_code != 0:
         raise HarnessError(
-            f"{harness.name}: `{harness.binary} --version` failed in the sandbox "
-            f"(exit {probe.exit_code}): {(probe.stderr or probe.stdout).strip()[-800:]}; "
-            "check that the install matches the sandbox's OS and architecture"
+            f"{harness.name}: `{shlex.join([harness.binary, *version_args])}` failed in the "
+            f"sandbox (exit {probe.exit_code}): {(probe.stderr or probe.stdout).strip()[-800:]}; "
+            f"check that the {package_of(harness)} install matches the sandbox's OS, "
+            "architecture and (for a Python package) python3 version"
         )
+    check_min_version(harness, probe.stdout + probe.stderr)
     logger.info("%s: installed %s (%s)", harness.name, target, probe.stdout.strip()[:80])
     return target
 
@@ -106,8 +115,7 @@ async def _find_preinstalled(harness: InstallTarget, sandbox: Sandbox) -> str:
     if found.exit_code != 0 or not path:
         raise HarnessError(
             f"{harness.name}: no {harness.binary} CLI found ({where} is missing or not "
-            "executable); pass cli_path= pointing at an install the sandbox can see, "
-            f"or tarballs= with the `npm pack {harness.npm_package}` output"
+            f"executable). {install_hint(harness)}"
         )
     return path
 
@@ -180,21 +188,31 @@ def host_install(
 
     ``install_dir`` holds ``bin/<binary>`` (what ``agentrl install-clis`` writes), or
     is the CLI's npm package directory (``PREFIX/lib/node_modules/<package>`` of an
-    ``npm install -g``; its ``package.json`` names the executable). The directory
+    ``npm install -g``; its ``package.json`` names the executable). An ``image``
+    harness has no host install (``HarnessError``). The directory
     is bound at its own resolved path, so the install's absolute symlinks keep
     working: pass the binds to the sandbox (the ``local`` backend's ``ro_binds``) and
     ``cli_path`` to the harness.
     """
-    name, binary, package = harness_cls.name, harness_cls.binary, harness_cls.npm_package
+    name, binary = harness_cls.name, harness_cls.binary
+    kind = install_kind(harness_cls)
+    if kind == "image":
+        raise HarnessError(
+            f"{name}: the CLI comes from the sandbox's image (install_kind 'image'), so there "
+            "is no host install to bind; drop --cli-dir / install_dir"
+        )
     root = pathlib.Path(install_dir).expanduser().resolve()
     link = root / "bin" / binary
+    if not link.exists() and kind == "npm":
+        link = package_bin(root, harness_cls.npm_package, binary) or link
     if not link.exists():
-        link = package_bin(root, package, binary) or link
-    if not link.exists():
+        other = (
+            f", or at the {harness_cls.npm_package} npm package directory" if kind == "npm" else ""
+        )
         raise HarnessError(
-            f"{name}: {link} does not exist; install the CLI with "
-            "`agentrl install-clis` (or point install_dir at an install holding "
-            f"bin/{binary}, or at the {package} npm package directory)"
+            f"{name}: {link} does not exist; install the {package_of(harness_cls)} with "
+            f"`agentrl install-clis` (or point install_dir at an install holding bin/{binary}"
+            f"{other})"
         )
     target = link.resolve()
     if not target.is_relative_to(root):

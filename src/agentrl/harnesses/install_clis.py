@@ -3,14 +3,19 @@ command ``agentrl install-clis``), and :func:`find_cli_dir` finds an install for
 sandbox to bind.
 
 An install directory (``--dest``) looks like this; the ``.installed`` stamp is written once
-npm has finished, so a second run skips every pin already there::
+npm (or pip) has finished, so a second run skips every pin already there::
 
     DEST/bin/claude            -> DEST/claude-2.1.332/node_modules/.bin/claude
     DEST/bin/claude-2.1.197    -> DEST/claude-2.1.197/node_modules/.bin/claude
     DEST/bin/codex             -> DEST/codex-0.171.0/node_modules/.bin/codex
     DEST/bin/qwen              -> DEST/qwen-0.24.4/node_modules/.bin/qwen
     DEST/bin/opencode          -> DEST/opencode-1.18.33/node_modules/.bin/opencode
+    DEST/bin/<python cli>      -> ../<binary>-<version>/bin/<binary>   (see agentrl.harnesses.pip)
     DEST/<binary>-<version>/.installed
+
+A pin is an npm package (``kind="npm"``) or a Python package (``kind="python"``, installed
+with pip by the Python that runs agentrl); a harness whose CLI comes from the image
+(``install_kind = "image"``) has no pin.
 
 Claude Code 2.1.332 is a native binary that runs on Node 20 although its package declares
 ``engines.node >= 22``; 2.1.197 is the newest declaring ``node >= 18`` (what a plain npm
@@ -41,6 +46,7 @@ from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
 from agentrl.harnesses.npm import is_transient_npm, npm_package_dir
 from agentrl.harnesses.opencode import OpencodeHarness
+from agentrl.harnesses.pip import pip_install
 from agentrl.harnesses.qwen_code import QwenCodeHarness
 from agentrl.retry import RetryPolicy
 from agentrl.tokenizers import default_cache_dir
@@ -76,7 +82,7 @@ _VERSION = re.compile(r"\b(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)")
 
 @attrs.frozen(kw_only=True)
 class CliPin:
-    """One pinned CLI: its npm package, executable, default version and override variable."""
+    """One pinned CLI: its package, executable, default version and override variable."""
 
     group: str
     package: str
@@ -85,11 +91,21 @@ class CliPin:
     default_version: str
     #: Linked as ``bin/<binary>-<version>`` (a second version beside the main one).
     versioned_link: bool = False
+    #: ``npm`` or ``python`` (pip); ``module`` is what a Python CLI's launcher runs.
+    kind: str = "npm"
+    module: str = ""
 
     def resolve(self, environ: Mapping[str, str] | None = None) -> PinnedCli:
         version = settings.get(self.version_var, environ) or self.default_version
         link = f"{self.binary}-{version}" if self.versioned_link else self.binary
-        return PinnedCli(package=self.package, version=version, binary=self.binary, link=link)
+        return PinnedCli(
+            package=self.package,
+            version=version,
+            binary=self.binary,
+            link=link,
+            kind=self.kind,
+            module=self.module,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -100,15 +116,19 @@ class PinnedCli:
     version: str
     binary: str
     link: str
+    kind: str = "npm"
+    module: str = ""
 
     @property
     def spec(self) -> str:
-        return f"{self.package}@{self.version}"
+        return f"{self.package}{'==' if self.kind == 'python' else '@'}{self.version}"
 
     def prefix(self, dest: pathlib.Path) -> pathlib.Path:
         return dest / f"{self.binary}-{self.version}"
 
     def executable(self, dest: pathlib.Path) -> pathlib.Path:
+        if self.kind == "python":
+            return self.prefix(dest) / "bin" / self.binary
         return self.prefix(dest) / "node_modules" / ".bin" / self.binary
 
 
@@ -232,10 +252,10 @@ def install_clis(
     report: Callable[[str], None] = logger.info,
     attempts: int = 3,
 ) -> list[pathlib.Path]:
-    """Install each of ``clis`` into ``dest`` with npm, skipping those already installed.
+    """Install each of ``clis`` into ``dest`` with npm or pip, skipping those already installed.
 
-    Returns the ``bin/`` links. npm is needed only when something is missing; a transient
-    npm failure (network, registry 429/5xx) is retried with jittered backoff.
+    Returns the ``bin/`` links. npm is needed only when an npm pin is missing; a transient
+    failure (network, registry 429/5xx) is retried with jittered backoff.
     """
     root = pathlib.Path(dest).expanduser().resolve()
     (root / "bin").mkdir(parents=True, exist_ok=True)
@@ -244,6 +264,19 @@ def install_clis(
     for cli in clis:
         if _installed(cli, root):
             report(f"{cli.spec} already installed in {cli.prefix(root)}")
+        elif cli.kind == "python":
+            report(f"installing {cli.spec} into {cli.prefix(root)} (pip)")
+            started = time.monotonic()
+            pip_install(
+                package=cli.package,
+                version=cli.version,
+                binary=cli.binary,
+                module=cli.module,
+                prefix=cli.prefix(root),
+                attempts=attempts,
+            )
+            (cli.prefix(root) / STAMP).touch()
+            report(f"installed {cli.spec} in {time.monotonic() - started:.0f}s")
         else:
             npm = npm or shutil.which("npm")
             if npm is None:
@@ -256,7 +289,11 @@ def install_clis(
             _npm_install(npm, cli, root, attempts)
             report(f"installed {cli.spec} in {time.monotonic() - started:.0f}s")
         link = root / "bin" / cli.link
-        _link(link, cli.executable(root))
+        target = cli.executable(root)
+        if cli.kind == "python":
+            # Relative: the link keeps pointing inside DEST wherever DEST is bound or moved.
+            target = pathlib.Path(os.path.relpath(target, link.parent))
+        _link(link, target)
         links.append(link)
     return links
 
@@ -284,18 +321,21 @@ def cli_dir_candidates() -> list[pathlib.Path]:
     return candidates
 
 
-def find_cli_dir(binary: str | None = None) -> pathlib.Path | None:
+def find_cli_dir(binary: str | None = None, kind: str = "npm") -> pathlib.Path | None:
     """A host install of the agent CLIs the local sandbox can bind, or None.
 
     The first of :func:`cli_dir_candidates` that holds ``bin/<binary>`` (any ``bin/``
-    when ``binary`` is None). Failing that, a named ``binary`` is looked for on ``PATH``
-    (:func:`cli_dir_from_path`), which raises ``HarnessError`` when the one found cannot
-    be used.
+    when ``binary`` is None). Failing that, a named ``binary`` of an npm CLI (``kind``) is
+    looked for on ``PATH`` (:func:`cli_dir_from_path`), which raises ``HarnessError`` when
+    the one found cannot be used. A CLI the image provides (``kind="image"``) has no host
+    install: None.
     """
+    if kind == "image":
+        return None
     for candidate in cli_dir_candidates():
         if (candidate / "bin" / (binary or "")).exists():
             return candidate.resolve()
-    return cli_dir_from_path(binary) if binary else None
+    return cli_dir_from_path(binary) if binary and kind == "npm" else None
 
 
 def _cli_version(executable: str) -> str | None:

@@ -36,6 +36,7 @@ from agentrl.adapters.aborts import DEFAULT_MAX_ENGINE_ABORTS
 from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
 from agentrl.adapters.shard_wire import tune_gc
 from agentrl.engines.base import EngineLocation, MissingEngineOptionError
+from agentrl.harnesses.kinds import needs_host_install
 from agentrl.observers import TrackError, Tracking, TrackOptions
 from agentrl.plugin_options import OptionsError, check_option_keys
 from agentrl.rollout.config import RolloutConfig
@@ -308,7 +309,17 @@ class Stack:
                 "middleware_host": "127.0.0.1",
                 "middleware_port": o.sandbox_port,
             }
-            if o.cli_dir and "cli_path" not in harness_options:
+            if (
+                o.cli_dir
+                and "cli_path" not in harness_options
+                and not needs_host_install(harness_cls)
+            ):
+                logger.warning(
+                    "%s: its CLI comes from the sandbox's image; --cli-dir %s is not used",
+                    o.harness,
+                    o.cli_dir,
+                )
+            elif o.cli_dir and "cli_path" not in harness_options:
                 binds, cli_path = harness_cls.host_install(o.cli_dir)
                 sandbox_options["ro_binds"] = binds
                 harness_options["cli_path"] = cli_path
