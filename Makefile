@@ -21,7 +21,7 @@ deps: venv
 system-deps:
 	@bash scripts/system-deps.sh
 
-# The pinned agent CLIs (npm), once agentrl is installed: `agentrl install-clis` holds the pins.
+# The pinned agent CLIs (npm, and pip for mini-swe-agent), once agentrl is installed: `agentrl install-clis` holds the pins.
 clis: deps
 	$(BIN)/agentrl install-clis --dest "$${AGENTRL_CLI_DIR:-.cache/clis}"
 

@@ -267,6 +267,7 @@ SETTINGS: tuple[Setting, ...] = (
        help="Codex version agentrl install-clis installs"),
     *_cli("QWEN_CODE_VERSION", "Qwen Code", "QWEN_CODE", "qwen"),
     *_cli("OPENCODE_VERSION", "opencode", "OPENCODE", "opencode"),
+    *_cli("MINI_SWE_AGENT_VERSION", "mini-swe-agent", "MINI_SWE_AGENT", "mini"),
     _s("AGENTRL_CLAUDE_CODE_EXTRA_ARGS", "args", _HARN, aliases=("SLIME_AGENT_CC_EXTRA_ARGS",),
        default=(),
        help="extra claude command-line arguments"),

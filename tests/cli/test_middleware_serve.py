@@ -256,24 +256,30 @@ Codex (in $CODEX_HOME/config.toml, then run with AGENTRL_TOKEN set):
   wire_api = "responses"
   AGENTRL_TOKEN=TOKEN-2 codex
 
+mini-swe-agent:
+  OPENAI_API_KEY=TOKEN-3 MSWEA_CONFIGURED=true MSWEA_COST_TRACKING=ignore_errors \\
+  LITELLM_LOCAL_MODEL_COST_MAP=True \\
+  mini -m openai/agentrl-policy -c mini.yaml -c model.model_kwargs.api_base=URL/v1
+
 opencode (in ~/.config/opencode/opencode.json, then run with AGENTRL_TOKEN set):
   {"provider": {"agentrl": {"npm": "@ai-sdk/openai-compatible", "options": {"baseURL": "URL/v1", "apiKey": "{env:AGENTRL_TOKEN}"}, "models": {"agentrl-policy": {}}}}, "model": "agentrl/agentrl-policy"}
-  AGENTRL_TOKEN=TOKEN-3 opencode
+  AGENTRL_TOKEN=TOKEN-4 opencode
 
 Qwen Code:
-  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-4 \\
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-5 \\
   QWEN_USAGE_STATISTICS_ENABLED=false qwen --auth-type openai --model agentrl-policy
 
 OpenAI SDK (Chat Completions or Responses) / Anthropic SDK:
-  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-5
-  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-5"""
+  OPENAI_BASE_URL=URL/v1 OPENAI_API_KEY=TOKEN-6
+  ANTHROPIC_BASE_URL=URL ANTHROPIC_API_KEY=TOKEN-6"""
 
 
 async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokenizer, sglang_client):
     """The start-up text names, per client, the variables and config that point it here.
 
-    Claude Code's, Codex's, opencode's and Qwen Code's come from their harnesses; the URL
-    and the five session tokens (one per client kind) are replaced by placeholders.
+    Claude Code's, Codex's, mini-swe-agent's, opencode's and Qwen Code's come from their
+    harnesses; the URL and the six session tokens (one per client kind) are replaced by
+    placeholders.
     """
     stop = asyncio.Event()
     lines, serving, announce = _announcer()
@@ -286,7 +292,7 @@ async def test_serve_prints_each_clients_settings_exactly(tmp_path, qwen_tokeniz
     text = lines[0]
     url = re.search(r"agentrl middleware at (\S+)", text).group(1)
     tokens = list(dict.fromkeys(re.findall(r"(?:TOKEN|API_KEY)=(\S+)", text)))
-    assert len(tokens) == 5
+    assert len(tokens) == 6
     for number, token in enumerate(tokens, start=1):
         text = text.replace(token, f"TOKEN-{number}")
     assert text.replace(url, "URL") == SERVE_INSTRUCTIONS
@@ -341,9 +347,10 @@ async def test_serve_asks_every_registered_harness_how_its_cli_is_pointed_here(
         text = lines[0]
         titles = re.findall(r"^(\S.*):$", text, re.MULTILINE)
         assert titles[0] == "Claude Code" and titles[1].startswith("Codex (")
-        assert titles[2].startswith("opencode (")
-        assert titles[3] == "Qwen Code"
-        assert titles[4:] == [
+        assert titles[2] == "mini-swe-agent"
+        assert titles[3].startswith("opencode (")
+        assert titles[4] == "Qwen Code"
+        assert titles[5:] == [
             "Described CLI",
             "OpenAI SDK (Chat Completions or Responses) / Anthropic SDK",
         ]

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from wheel_support import build_wheel
 
 from agentrl.cli import cli
 from agentrl.harnesses import install_clis
@@ -88,7 +89,14 @@ def isolated(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fake_npm(isolated, tmp_path, monkeypatch):
-    """The stand-in npm on PATH; returns a function giving the argv of every call so far."""
+    """The stand-in npm on PATH; returns a function giving the argv of every call so far.
+
+    pip, for the Python pin, sees no index but a stand-in wheel of mini-swe-agent 2.4.6.
+    """
+    monkeypatch.delenv("MINI_SWE_AGENT_VERSION", raising=False)
+    build_wheel(tmp_path / "wheels", "mini-swe-agent", "2.4.6", "minisweagent")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     log = tmp_path / "npm.log"
     log.touch()
     npm = isolated / "npm"
@@ -104,7 +112,8 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
-    """Four npm installs with the script's flags and layout; a rerun calls npm never."""
+    """Four npm installs with the script's flags and layout, mini-swe-agent with pip; a rerun
+    calls neither."""
     dest = tmp_path / "clis"
     code, stderr = _install("--dest", str(dest))
     assert code == 0, stderr
@@ -129,6 +138,10 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
     ):
         assert os.readlink(dest / "bin" / link) == str(dest / prefix / "node_modules/.bin" / binary)
     assert "installing @openai/codex@0.171.0" in stderr and "ready in" in stderr
+    assert "installing mini-swe-agent==2.4.6" in stderr and "(pip)" in stderr
+    assert os.readlink(dest / "bin" / "mini") == "../mini-2.4.6/bin/mini"
+    assert (dest / "mini-2.4.6" / "site" / "minisweagent" / "__main__.py").is_file()
+    assert (dest / "mini-2.4.6" / ".installed").is_file()
 
     started = time.monotonic()
     code, stderr = _install("--dest", str(dest))

@@ -1,7 +1,7 @@
 """Install kinds beside npm: a pinned Python CLI (pip) and a CLI the image provides.
 
 The Python kind is installed by the real ``agentrl install-clis`` code with the real pip,
-offline, from a small wheel built here (``PIP_NO_INDEX`` / ``PIP_FIND_LINKS``), then bound
+offline, from a small wheel built here (``wheel_support``) (``PIP_NO_INDEX`` / ``PIP_FIND_LINKS``), then bound
 into the real local sandbox like an npm install. The image kind is a plugin harness whose
 agent is ``python3`` itself.
 """
@@ -12,11 +12,11 @@ import os
 import pathlib
 import subprocess
 import sys
-import zipfile
 from typing import ClassVar
 
 import attrs
 import pytest
+from wheel_support import build_wheel
 
 from agentrl import hookimpl, plugins
 from agentrl.harnesses import install_clis
@@ -26,35 +26,6 @@ from agentrl.harnesses.install_clis import PinnedCli, find_cli_dir
 from agentrl.harnesses.pip import launcher_script
 from agentrl.plugins import PluginRegistry
 from agentrl.sandboxes.local import LocalSandbox
-
-#: The tiny CLI's module: prints its argv, the PYTHONPATH it sees and where it was loaded.
-MAIN = """\
-import os, sys
-import tinycli
-print("argv", sys.argv[1:])
-print("pythonpath", os.environ.get("PYTHONPATH", ""))
-print("from", os.path.dirname(tinycli.__file__))
-"""
-
-
-def build_wheel(directory: pathlib.Path) -> pathlib.Path:
-    """``tinycli-1.0-py3-none-any.whl``: a real (pure-Python) wheel pip can install offline."""
-    directory.mkdir(parents=True, exist_ok=True)
-    wheel = directory / "tinycli-1.0-py3-none-any.whl"
-    info = "tinycli-1.0.dist-info"
-    files = {
-        "tinycli/__init__.py": "",
-        "tinycli/__main__.py": MAIN,
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: tinycli\nVersion: 1.0\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, text in {**files, f"{info}/RECORD": record}.items():
-            archive.writestr(name, text)
-    return wheel
-
 
 TINY = PinnedCli(
     package="tinycli", version="1.0", binary="tiny", link="tiny", kind="python", module="tinycli"
@@ -98,7 +69,7 @@ class ImagePythonHarness(TinyHarness):
 def offline_pip(tmp_path, monkeypatch):
     """pip sees no index, only a directory holding the tiny wheel."""
     wheels = tmp_path / "wheels"
-    build_wheel(wheels)
+    build_wheel(wheels, "tinycli", "1.0", "tinycli")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     return wheels

@@ -40,7 +40,8 @@ def install_clis_command(dest: str | None, only: tuple[str, ...]) -> None:
 
     Pins already installed are skipped, so a rerun takes well under a second. The
     variables CLAUDE_CODE_VERSION, CLAUDE_CODE_NODE18_VERSION, CODEX_VERSION,
-    QWEN_CODE_VERSION and OPENCODE_VERSION override the pinned versions.
+    QWEN_CODE_VERSION, OPENCODE_VERSION and MINI_SWE_AGENT_VERSION override the pinned
+    versions.
     """
     target = pathlib.Path(dest) if dest else default_dest()
 

@@ -10,6 +10,7 @@ def register_harnesses(register):
     """Register the built-in classes; heavy dependencies load only when one is used."""
     from agentrl.harnesses.claude_code import ClaudeCodeHarness
     from agentrl.harnesses.codex import CodexHarness
+    from agentrl.harnesses.mini_swe_agent import MiniSweAgentHarness
     from agentrl.harnesses.opencode import OpencodeHarness
     from agentrl.harnesses.qwen_code import QwenCodeHarness
 
@@ -17,3 +18,4 @@ def register_harnesses(register):
     register(CodexHarness)
     register(QwenCodeHarness)
     register(OpencodeHarness)
+    register(MiniSweAgentHarness)

@@ -175,6 +175,8 @@ class Harness(abc.ABC):
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
     #: The oldest version the harness works with, checked in the sandbox; None: any.
     min_version: ClassVar[str | None] = None
+    #: The option that takes the prompt (``-t``); None: the prompt is the last argument.
+    prompt_option: ClassVar[str | None] = None
     #: Environment variables read for extra CLI arguments / environment, first set wins.
     extra_args_vars: ClassVar[tuple[str, ...]] = ()
     extra_env_vars: ClassVar[tuple[str, ...]] = ()
@@ -349,6 +351,8 @@ class Harness(abc.ABC):
     def shell_command(self, ctx: HarnessContext) -> str:
         """The detached shell line: cd to the workdir, run the CLI, log its output."""
         argv = [self.launcher, *self.command(ctx), *(self.extra_args or ())]
+        if self.prompt_option:
+            argv.append(self.prompt_option)
         prompt = shlex.quote(self.prompt_path)
         if self.prompt_on_stdin:
             prompt_arg, stdin = "", prompt

@@ -24,7 +24,8 @@ install picks on Node 20). Qwen Code 0.24.4 (the newest 0.24.x) also declares
 interface uses Node 22 APIs). opencode's bin is a native binary that its package's
 postinstall links from the platform package (``opencode-linux-x64``); it needs no Node at
 run time. ``CLAUDE_CODE_VERSION``, ``CLAUDE_CODE_NODE18_VERSION``, ``CODEX_VERSION``,
-``QWEN_CODE_VERSION`` and ``OPENCODE_VERSION`` override the pins.
+``QWEN_CODE_VERSION``, ``OPENCODE_VERSION`` and ``MINI_SWE_AGENT_VERSION`` override the
+pins.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from agentrl import settings
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.harnesses.errors import HarnessError
+from agentrl.harnesses.mini_swe_agent import MiniSweAgentHarness
 from agentrl.harnesses.npm import is_transient_npm, npm_package_dir
 from agentrl.harnesses.opencode import OpencodeHarness
 from agentrl.harnesses.pip import pip_install
@@ -169,6 +171,15 @@ PINS: tuple[CliPin, ...] = (
         binary=OpencodeHarness.binary,
         version_var="OPENCODE_VERSION",
         default_version="1.18.33",
+    ),
+    CliPin(
+        group="mini",
+        package=MiniSweAgentHarness.python_package,
+        binary=MiniSweAgentHarness.binary,
+        version_var="MINI_SWE_AGENT_VERSION",
+        default_version="2.4.6",
+        kind="python",
+        module=MiniSweAgentHarness.python_module,
     ),
 )
 GROUPS = tuple(dict.fromkeys(pin.group for pin in PINS))
