@@ -61,6 +61,10 @@ EXPECTED_SAMPLES = {
     "opencode/continue_session": 1,  # the second run continues the first one's chain
     "opencode/subagent_task_tool": 2,  # the task tool's sub-agent is its own chain
     "opencode/title_side_request": 2,  # the session-title side request
+    "mini_swe_agent": 1,
+    # mini-swe-agent drops an answer without a tool call from its history (it sends only
+    # its format-error user message), so the next turn starts a second chain.
+    "mini_swe_agent/format_error": 2,
 }
 
 #: Splice fallbacks other than a new chain, where the client itself rewrites its history:
@@ -323,7 +327,9 @@ async def _replay(directory, reasoning, middleware, engine, tokenizer, http) -> 
         async with http.post(url, json=body, headers=headers) as response:
             text = await response.text()
             assert response.status == 200, text
-            assert response.headers["Content-Type"].startswith("text/event-stream")
+            streamed = body.get("stream", protocol != "openai_chat")
+            kind = "text/event-stream" if streamed else "application/json"
+            assert response.headers["Content-Type"].startswith(kind)
         reply = parse_reply(protocol, text)
         seen = _assistant_message(protocol, reply, chat)
         # The client sees the reasoning trimmed, unless it did not ask to see thinking.

@@ -161,7 +161,12 @@ def chat_message(events: list[tuple[str | None, Any]]) -> tuple[dict[str, Any], 
 
 
 def parse_reply(protocol: str, text: str) -> Any:
-    """A streamed reply (SSE text) rebuilt in ``protocol``'s terms, its event order checked."""
+    """A streamed reply (SSE text) rebuilt in ``protocol``'s terms, its event order checked.
+
+    A Chat Completions reply that was not streamed (one JSON object) is its message.
+    """
+    if protocol == "openai_chat" and text.lstrip().startswith("{"):
+        return json.loads(text)["choices"][0]["message"]
     events = parse_sse(text)
     if protocol == "anthropic":
         return anthropic_message(events)
@@ -172,7 +177,10 @@ def parse_reply(protocol: str, text: str) -> Any:
 
 def stub_reply(request: dict[str, Any]) -> Any:
     """The reply the capture stub sent, rebuilt in its protocol's terms."""
-    return parse_reply(PROTOCOL_OF_PATH[request["path"]], request["stub_response"]["payload"])
+    payload = request["stub_response"]["payload"]
+    if not isinstance(payload, str):  # a JSON reply, stored as the object
+        payload = json.dumps(payload)
+    return parse_reply(PROTOCOL_OF_PATH[request["path"]], payload)
 
 
 def render_assistant(tokenizer, messages, tools, assistant) -> str:
