@@ -112,7 +112,7 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
-    """Four npm installs with the script's flags and layout, mini-swe-agent with pip; a rerun
+    """Five npm installs with the script's flags and layout, mini-swe-agent with pip; a rerun
     calls neither."""
     dest = tmp_path / "clis"
     code, stderr = _install("--dest", str(dest))
@@ -146,8 +146,8 @@ def test_installs_every_pin_with_npm_then_reuses_them(fake_npm, tmp_path):
     started = time.monotonic()
     code, stderr = _install("--dest", str(dest))
     assert code == 0 and time.monotonic() - started < 1.0, stderr
-    assert len(fake_npm()) == 4
-    assert stderr.count("already installed") == 4
+    assert len(fake_npm()) == 5
+    assert stderr.count("already installed") == len(install_clis.PINS)
 
 
 def test_version_overrides_and_only(fake_npm, tmp_path, monkeypatch):
