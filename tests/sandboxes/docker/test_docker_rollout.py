@@ -41,43 +41,6 @@ def _agentrl_containers(host: str) -> str:
     ).stdout.strip()
 
 
-async def test_claude_code_solves_the_example_task_in_containers(
-    docker_options, agentrl_middleware, scripted_engine
-):
-    """Claude Code fixes the bug in one container; a fresh container grades it: reward 1.0."""
-    if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"the agent CLIs are not installed in {CLI_DIR}; run `agentrl install-clis`")
-    binds, claude = ClaudeCodeHarness.host_install(CLI_DIR)
-    options = {
-        **docker_options,
-        "services": {SANDBOX_PORT: agentrl_middleware.unix_path},
-        "ro_binds": binds,
-    }
-    built: list[DockerSandbox] = []
-
-    def factory(task):
-        sandbox = DockerSandbox.from_task(task, **options)
-        built.append(sandbox)
-        return sandbox
-
-    for reply in claude_solution():
-        scripted_engine.queue(reply)
-    result = await run_rollout(
-        textstats_task(),
-        harness=ClaudeCodeHarness(cli_path=claude, extra_args=(), extra_env={}),
-        grader=ScaleSWEGrader(),
-        sandbox_factory=factory,
-        middleware=agentrl_middleware,
-        config=RolloutConfig(agent_time_budget=180, eval_timeout=120, middleware_port=SANDBOX_PORT),
-    )
-    assert result.outcome is Outcome.SOLVED, (result.error, result.agent_log[-2000:])
-    assert result.reward == 1.0 and result.turns == 4
-    assert "+    for token in text.split():" in result.diff
-    assert "5 passed" in result.agent_log
-    assert len(built) == 2 and len({box.container_id for box in built}) == 2
-    assert all(box._closed for box in built)
-
-
 async def test_a_missing_image_is_an_infra_error_naming_it(
     docker_options, agentrl_middleware, scripted_engine
 ):
