@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rollout_support import CLI_DIR, tool_call
+from cli_support import git_repo, installed_cli
+from rollout_support import tool_call
 
 from agentrl.harnesses.base import HarnessContext
 from agentrl.harnesses.opencode import OpencodeHarness
@@ -92,27 +93,6 @@ def test_opencode_options_shape_the_agent():
 # -- the real CLI --------------------------------------------------------------------------
 
 
-def opencode() -> Path:
-    path = CLI_DIR / "bin" / "opencode"
-    if not os.access(path, os.X_OK):
-        pytest.fail(
-            f"opencode not found at {path}; install the pinned CLIs with "
-            "`agentrl install-clis --dest .cache/clis` (needs npm and access to the npm registry)"
-        )
-    return path
-
-
-def git_repo(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    for args in (
-        ["init", "-q"],
-        ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "0"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-    return repo
-
-
 def write_files(files: dict[str, str]) -> None:
     for path, content in files.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +102,10 @@ def write_files(files: dict[str, str]) -> None:
 async def run_opencode(tmp_path: Path, url: str, token: str, **options) -> tuple[int, str, str]:
     """opencode as the harness launches it (config, env, argv, prompt on stdin), on the host."""
     harness = OpencodeHarness(
-        cli_path=str(opencode()), state_dir=str(tmp_path / "state"), environ={}, **options
+        cli_path=str(installed_cli("opencode")),
+        state_dir=str(tmp_path / "state"),
+        environ={},
+        **options,
     )
     repo = tmp_path / "repo"
     ctx = context(base_url=url, api_key=token, workdir=str(repo))
@@ -131,7 +114,7 @@ async def run_opencode(tmp_path: Path, url: str, token: str, **options) -> tuple
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **harness.environment(ctx, 120)}
     with prompt.open("rb") as stdin:
         process = await asyncio.create_subprocess_exec(
-            str(opencode()),
+            str(installed_cli("opencode")),
             *harness.command(ctx),
             cwd=repo,
             env=env,
@@ -225,7 +208,7 @@ async def test_opencode_client_setup_reaches_the_session(tmp_path, middleware, s
     }
     with prompt.open("rb") as stdin:
         process = await asyncio.create_subprocess_exec(
-            str(opencode()),
+            str(installed_cli("opencode")),
             *["run", "--format", "json", "--title", "host"],
             cwd=tmp_path / "repo",
             env=env,

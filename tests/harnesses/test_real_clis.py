@@ -15,35 +15,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from middleware_support import REPO_ROOT
+from cli_support import git_repo, installed_cli
 
 pytest_plugins = ("middleware_fixtures",)
 
 pytestmark = pytest.mark.slow
 
-CLI_BIN = REPO_ROOT / ".cache" / "clis" / "bin"
 PROMPT = "Create a file hello.txt containing hi"
-
-
-def cli(name: str) -> Path:
-    path = CLI_BIN / name
-    if not os.access(path, os.X_OK):
-        pytest.fail(
-            f"{name} CLI not found at {path}; install the pinned CLIs with "
-            "`agentrl install-clis --dest .cache/clis` (needs npm and access to the npm registry)"
-        )
-    return path
-
-
-def git_repo(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    for args in (
-        ["init", "-q"],
-        ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "0"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-    return repo
 
 
 def base_env(home: Path) -> dict[str, str]:
@@ -96,7 +74,7 @@ async def test_claude_code_writes_a_file_through_the_middleware(
     binary, tmp_path, middleware, scripted_engine
 ):
     """Claude Code 2.1.332 and 2.1.197 (-p, stream-json) call Write, then answer; exit 0."""
-    claude = cli(binary)
+    claude = installed_cli(binary)
     repo = git_repo(tmp_path)
     token = middleware.open_session("claude")
     scripted_engine.queue(
@@ -137,7 +115,7 @@ async def test_claude_code_writes_a_file_through_the_middleware(
 
 async def test_codex_writes_a_file_through_the_middleware(tmp_path, middleware, scripted_engine):
     """Codex 0.171 (exec --json, Responses API) runs exec_command via the middleware; exit 0."""
-    codex = cli("codex")
+    codex = installed_cli("codex")
     repo = git_repo(tmp_path)
     token = middleware.open_session("codex")
     codex_home = tmp_path / "codex_home"
@@ -185,7 +163,7 @@ async def test_claude_code_reports_an_engine_failure_and_exits_nonzero(
     tmp_path, middleware, scripted_engine
 ):
     """With the engine failing, Claude Code gets a 502 in Anthropic's shape, says so, exits 1."""
-    claude = cli("claude")
+    claude = installed_cli("claude")
     repo = git_repo(tmp_path)
     token = middleware.open_session("claude-down")
     scripted_engine.fail_next(503, "engine is restarting", session="claude-down")
@@ -210,7 +188,7 @@ async def test_codex_reports_an_engine_failure_and_exits_nonzero(
     tmp_path, middleware, scripted_engine
 ):
     """With the engine failing, Codex gets a 502 in OpenAI's shape, reports it, exits non-zero."""
-    codex = cli("codex")
+    codex = installed_cli("codex")
     repo = git_repo(tmp_path)
     token = middleware.open_session("codex-down")
     scripted_engine.fail_next(503, "engine is restarting", session="codex-down")
