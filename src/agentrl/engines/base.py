@@ -26,6 +26,7 @@ __all__ = [
     "EngineLocation",
     "Generation",
     "MissingEngineOptionError",
+    "body_excerpt",
 ]
 
 #: The generic options saying where an engine runs: a server URL or a local model directory.
@@ -42,6 +43,18 @@ TOKEN_EXACT_SAMPLING: Mapping[str, Any] = MappingProxyType(
         "no_stop_trim": True,
     }
 )
+
+
+#: The most of a reply's body an error message quotes, in characters.
+EXCERPT_CHARS = 500
+
+
+def body_excerpt(body: str | bytes) -> str:
+    """The start of a reply's body for an error message: stripped, cut at ``EXCERPT_CHARS``."""
+    if isinstance(body, bytes):
+        body = body[: 4 * EXCERPT_CHARS + 4].decode("utf-8", "replace")
+    text = body.strip()
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
 
 
 class EngineError(Exception):

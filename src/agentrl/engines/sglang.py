@@ -50,6 +50,7 @@ from agentrl.engines.base import (
     EngineError,
     EngineLocation,
     Generation,
+    body_excerpt,
 )
 
 __all__ = ["DEFAULT_SAMPLING", "SGLangEngine", "generate_payload"]
@@ -59,15 +60,7 @@ logger = logging.getLogger(__name__)
 #: Token-in-token-out needs the raw tokens: no special-token skipping, no stop trimming.
 DEFAULT_SAMPLING: Mapping[str, Any] = TOKEN_EXACT_SAMPLING
 
-_EXCERPT = 500
 _JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-def _excerpt(body: str | bytes) -> str:
-    if isinstance(body, bytes):
-        body = body[: 4 * _EXCERPT + 4].decode("utf-8", "replace")
-    text = body.strip()
-    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
 
 
 def generate_payload(
@@ -177,9 +170,9 @@ class SGLangEngine(Engine):
             ) from exc
         if status >= 400:
             raise EngineError(
-                f"SGLang /generate at {self.url} returned HTTP {status}: {_excerpt(body)}",
+                f"SGLang /generate at {self.url} returned HTTP {status}: {body_excerpt(body)}",
                 status=status,
-                body=_excerpt(body),
+                body=body_excerpt(body),
             )
         return self._parse(body, status, rid, time.monotonic() - started)
 
@@ -187,9 +180,9 @@ class SGLangEngine(Engine):
         def bad(reason: str) -> EngineError:
             return EngineError(
                 f"SGLang /generate at {self.url} sent a reply agentrl cannot read ({reason}): "
-                f"{_excerpt(body)}",
+                f"{body_excerpt(body)}",
                 status=status,
-                body=_excerpt(body),
+                body=body_excerpt(body),
             )
 
         try:
@@ -246,10 +239,10 @@ class SGLangEngine(Engine):
             ) from None
         if status != 200:
             raise EngineError(
-                f"{where} answered HTTP {status}: {_excerpt(body) or '(empty body)'}; the server "
+                f"{where} answered HTTP {status}: {body_excerpt(body) or '(empty body)'}; the server "
                 "is not ready to serve",
                 status=status,
-                body=_excerpt(body),
+                body=body_excerpt(body),
             )
 
     async def abort(self, rid: str) -> None:

@@ -71,8 +71,9 @@ from agentrl.engines.base import (
     EngineError,
     EngineLocation,
     Generation,
+    body_excerpt,
 )
-from agentrl.retry import RetryPolicy
+from agentrl.retry import RetryPolicy, retry
 
 __all__ = ["LOGPROBS_MODES", "ROUTE_CHOICES", "Server", "VLLMEngine"]
 
@@ -80,14 +81,7 @@ logger = logging.getLogger(__name__)
 
 ROUTE_CHOICES = ("auto", "generate", "completions")
 LOGPROBS_MODES = ("auto", "processed", "raw")
-_EXCERPT = 500
 _NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
-
-
-def _excerpt(body: bytes | str) -> str:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    text = text.strip()
-    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "…"
 
 
 def _split_urls(url: str | Sequence[str]) -> list[str]:
@@ -217,25 +211,30 @@ class VLLMEngine(Engine):
         except wire.WireError as exc:
             raise EngineError(f"vLLM engine: {exc}") from None
         tried: set[Server] = set()
-        attempt = 1
-        while True:
+
+        async def attempt() -> Generation:
             server = self._pick(routing_key, tried)
             try:
                 return await self._generate_on(server, rid, input_ids, sampling)
-            except _Unreachable as exc:
+            except _Unreachable:
                 server.down_until = time.monotonic() + 5.0
                 tried.add(server)
-                if attempt >= self.retry_policy.attempts:
-                    raise EngineError(
-                        f"vLLM server {exc}; tried {attempt} time(s). Check that the server "
-                        "is running and reachable"
-                    ) from None
-                delay = self.retry_policy.delay(attempt)
-                logger.warning("vLLM server %s; retrying rid %s in %.2fs", exc, rid, delay)
-                await asyncio.sleep(delay)
-                attempt += 1
                 if len(tried) == len(self.servers):
                     tried.clear()
+                raise
+
+        def on_retry(failed: int, exc: Exception, delay: float) -> None:
+            logger.warning("vLLM server %s; retrying rid %s in %.2fs", exc, rid, delay)
+
+        try:
+            return await retry(
+                attempt, policy=self.retry_policy, retryable=_Unreachable, on_retry=on_retry
+            )
+        except _Unreachable as exc:
+            raise EngineError(
+                f"vLLM server {exc}; tried {self.retry_policy.attempts} time(s). Check that the "
+                "server is running and reachable"
+            ) from None
 
     async def _generate_on(
         self, server: Server, rid: str, input_ids: Sequence[int], sampling: dict[str, Any]
@@ -250,18 +249,18 @@ class VLLMEngine(Engine):
         if status >= 400:
             raise EngineError(
                 f"vLLM {wire.ROUTES[route]} at {server.url} returned HTTP {status}: "
-                f"{_excerpt(raw)}",
+                f"{body_excerpt(raw)}",
                 status=status,
-                body=_excerpt(raw),
+                body=body_excerpt(raw),
             )
         try:
             reply = wire.parse_reply(route, jsonio.loads(raw))
         except (ValueError, RecursionError) as exc:  # WireError, JSONDecodeError
             raise EngineError(
                 f"vLLM {wire.ROUTES[route]} at {server.url} sent a reply agentrl cannot read "
-                f"({exc}): {_excerpt(raw)}",
+                f"({exc}): {body_excerpt(raw)}",
                 status=status,
-                body=_excerpt(raw),
+                body=body_excerpt(raw),
             ) from None
         meta = {
             "rid": rid,
@@ -357,9 +356,9 @@ class VLLMEngine(Engine):
         except (ValueError, KeyError, IndexError, TypeError):
             raise EngineError(
                 f"vLLM /v1/models at {server.url} answered HTTP {status} without a model: "
-                f"{_excerpt(raw)}; is this a vLLM server?",
+                f"{body_excerpt(raw)}; is this a vLLM server?",
                 status=status,
-                body=_excerpt(raw),
+                body=body_excerpt(raw),
             ) from None
 
     async def _probe(self, server: Server) -> None:
@@ -377,15 +376,15 @@ class VLLMEngine(Engine):
                 if status != 200:
                     raise EngineError(
                         f"vLLM {wire.ROUTES[route]} at {server.url} refused agentrl's probe "
-                        f"with HTTP {status}: {_excerpt(raw)}",
+                        f"with HTTP {status}: {body_excerpt(raw)}",
                         status=status,
-                        body=_excerpt(raw),
+                        body=body_excerpt(raw),
                     )
                 try:
                     tops.append(wire.probe_top(route, jsonio.loads(raw)))
                 except (ValueError, RecursionError) as exc:
                     raise EngineError(
-                        f"vLLM {wire.ROUTES[route]} at {server.url}: {exc}: {_excerpt(raw)}"
+                        f"vLLM {wire.ROUTES[route]} at {server.url}: {exc}: {body_excerpt(raw)}"
                     ) from None
             if len(tops) < 2:
                 continue
@@ -431,9 +430,9 @@ class VLLMEngine(Engine):
                 ) from None
             if status != 200:
                 raise EngineError(
-                    f"{where} answered HTTP {status}: {_excerpt(body) or '(empty body)'}",
+                    f"{where} answered HTTP {status}: {body_excerpt(body) or '(empty body)'}",
                     status=status,
-                    body=_excerpt(body),
+                    body=body_excerpt(body),
                 )
 
     async def abort(self, rid: str) -> None:
