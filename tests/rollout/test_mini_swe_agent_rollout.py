@@ -10,9 +10,9 @@ and the textstats example task.
 from __future__ import annotations
 
 import pytest
+from cli_support import host_install_of
 from mini_support import mini_solution, trained_runs_are_the_outputs
 from rollout_support import (
-    CLI_DIR,
     SANDBOX_PORT,
     textstats_task,
     tool_call,
@@ -30,12 +30,7 @@ pytestmark = pytest.mark.slow
 
 def mini_install() -> tuple[dict[str, str], str]:
     """The binds and launcher of the installed mini-swe-agent (fails when it is missing)."""
-    if not (CLI_DIR / "bin" / "mini").exists():
-        pytest.fail(
-            f"mini-swe-agent is not installed in {CLI_DIR}; run `agentrl install-clis --dest "
-            ".cache/clis` (pip, needs PyPI), or set AGENTRL_CLI_DIR to an install holding bin/mini"
-        )
-    return MiniSweAgentHarness.host_install(CLI_DIR)
+    return host_install_of(MiniSweAgentHarness)
 
 
 async def rollout(middleware, **harness_options) -> RolloutResult:

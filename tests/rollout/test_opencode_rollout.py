@@ -7,8 +7,8 @@ the scripted engine plays the policy; the diff is graded in a fresh sandbox.
 from __future__ import annotations
 
 import pytest
+from cli_support import host_install_of
 from rollout_support import (
-    CLI_DIR,
     CORE,
     SANDBOX_PORT,
     opencode_solution,
@@ -29,12 +29,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def opencode_install() -> tuple[dict[str, str], str]:
     """Binds and cli_path of the installed opencode (fails when it is missing)."""
-    if not (CLI_DIR / "bin" / "opencode").exists():
-        pytest.fail(
-            f"opencode is not installed in {CLI_DIR}; run `agentrl install-clis --dest .cache/clis` "
-            "(or set AGENTRL_CLI_DIR to an install holding bin/opencode)"
-        )
-    return OpencodeHarness.host_install(CLI_DIR)
+    return host_install_of(OpencodeHarness)
 
 
 async def rollout(install, middleware, **harness_options) -> RolloutResult:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from cli_support import host_install_of
 from rollout_support import (
-    CLI_DIR,
     CORE,
     SANDBOX_PORT,
     qwen_code_solution,
@@ -32,12 +32,7 @@ pytestmark = pytest.mark.slow
 
 def qwen_sandboxes(middleware) -> tuple[list[LocalSandbox], callable, str]:
     """A local-sandbox factory binding the host's Qwen Code install, and its cli_path."""
-    if not (CLI_DIR / "bin" / "qwen").exists():
-        pytest.fail(
-            f"Qwen Code is not installed in {CLI_DIR}; run `agentrl install-clis --dest "
-            ".cache/clis` (or set AGENTRL_CLI_DIR to an install holding bin/qwen)"
-        )
-    binds, cli_path = QwenCodeHarness.host_install(CLI_DIR)
+    binds, cli_path = host_install_of(QwenCodeHarness)
     built: list[LocalSandbox] = []
     options = {
         "services": {SANDBOX_PORT: middleware.unix_path},

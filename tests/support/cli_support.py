@@ -36,3 +36,10 @@ def git_repo(root: Path) -> Path:
     ):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     return repo
+
+
+def host_install_of(harness_cls) -> tuple[dict[str, str], str]:
+    """``harness_cls.host_install`` of the install directory: the read-only binds and the
+    ``cli_path`` a sandbox runs; fails the test when the CLI is not installed there."""
+    installed_cli(harness_cls.binary)
+    return harness_cls.host_install(CLI_DIR)

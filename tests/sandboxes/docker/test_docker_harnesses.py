@@ -26,9 +26,9 @@ from typing import Any
 
 import attrs
 import pytest
+from cli_support import host_install_of
 from mini_support import mini_solution, trained_runs_are_the_outputs
 from rollout_support import (
-    CLI_DIR,
     SANDBOX_PORT,
     claude_solution,
     codex_solution,
@@ -86,10 +86,7 @@ async def test_each_harness_solves_the_example_task_in_containers(
     4 turns, one sample that trains exactly every token the engine sampled, with its
     log-prob, and both containers closed."""
     case = CASES[name]
-    binary = case.harness.binary
-    if not (CLI_DIR / "bin" / binary).exists():
-        pytest.fail(f"{binary} is not installed in {CLI_DIR}; run `agentrl install-clis`")
-    binds, cli_path = case.harness.host_install(CLI_DIR)
+    binds, cli_path = host_install_of(case.harness)
     if case.needs_node:
         binds = {**binds, **host_node_bind()}
     options = {
