@@ -464,15 +464,16 @@ async def test_an_engine_failure_still_counts_as_unrecorded(
 @pytest.mark.parametrize(
     "headers",
     [
-        pytest.param(b"X-Big: " + b"a" * 16_384 + b"\r\n", id="16KB-header-line"),
+        pytest.param(b"X-Big: " + b"a" * 40_000 + b"\r\n", id="40KB-header-line"),
         pytest.param(b"".join(b"X-H%d: v\r\n" % i for i in range(300)), id="300-headers"),
     ],
 )
 async def test_header_overflow_is_400_without_a_traceback(
     headers, agentrl_middleware, client_for, no_tracebacks
 ):
-    """Attack: a 16 KB header line, or 300 headers. Bound: 400, logged on one line with no
-    traceback (aiohttp's low-level server logged one before)."""
+    """Attack: a 40 KB header line, or 300 headers: past the HTTP parser's own ceilings
+    (a 16 KB one is the route's 431, tests/adapters/test_middleware_abuse.py). Bound: 400,
+    logged on one line with no traceback (aiohttp's low-level server logged one before)."""
     request = (
         b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n" + headers + b"Content-Length: 2\r\n\r\n{}"
     )

@@ -50,6 +50,7 @@ _ERROR_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
 }

@@ -42,6 +42,7 @@ OPENAI_ERROR_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_exceeded",
 }
 

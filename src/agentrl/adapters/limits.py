@@ -7,7 +7,12 @@ hostile client:
   ``clamp(BYTES_PER_TOKEN * budget, MIN_BODY_BYTES, ceiling)`` (an unbudgeted session
   counts as :data:`UNBUDGETED_TOKENS`; the ceiling is ``Middleware(max_body_bytes=...)``);
 - :func:`read_body`: the body read only up to that cap (413 without reading further when
-  ``Content-Length`` says more);
+  ``Content-Length`` says more; a chunked body is counted as it streams and cut at the cap);
+- :data:`SERVER_ARGS` / :func:`header_problem`: the HTTP server's own bounds. A request whose
+  body is refused unread ends its connection (no lingering read of what the client still
+  sends); a request line or header field over :data:`MAX_HEADER_FIELD_BYTES`, or more than
+  :data:`MAX_HEADERS` headers, is a 431 in the route's error shape (the HTTP parser itself
+  only stops what is past :data:`HEADER_PARSER_CEILING` or :data:`HEADERS_PARSER_CEILING`);
 - :func:`decode_json` / :func:`check_json` / :func:`check_depth`: a body (or a tool call's JSON arguments) nested
   deeper than :data:`MAX_JSON_DEPTH` or carrying a lone UTF-16 surrogate (``"\\ud800"``,
   which no tokenizer can encode) is a 400, never a ``RecursionError`` or a
@@ -31,14 +36,20 @@ __all__ = [
     "BYTES_PER_TOKEN",
     "COUNT_TOKENS_FREE_CALLS",
     "COUNT_TOKENS_PER_TURN",
+    "HEADERS_PARSER_CEILING",
+    "HEADER_PARSER_CEILING",
+    "MAX_HEADERS",
+    "MAX_HEADER_FIELD_BYTES",
     "MAX_JSON_DEPTH",
     "MIN_BODY_BYTES",
+    "SERVER_ARGS",
     "UNBUDGETED_TOKENS",
     "body_cap",
     "check_depth",
     "check_json",
     "count_tokens_allowance",
     "decode_json",
+    "header_problem",
     "read_body",
     "too_deep",
 ]
@@ -58,6 +69,27 @@ MAX_JSON_DEPTH = 128
 COUNT_TOKENS_FREE_CALLS = 32
 #: ... and the calls each started turn adds to that allowance.
 COUNT_TOKENS_PER_TURN = 4
+
+#: The longest request line or header field (name or value) a client may send: aiohttp's
+#: own default, answered in the route's error shape rather than by the HTTP parser.
+MAX_HEADER_FIELD_BYTES = 8190
+#: The most header fields a request may carry (aiohttp's own default).
+MAX_HEADERS = 128
+#: What the HTTP parser buffers of one line or field before it gives up with its own
+#: plain-text 400 (past anything a client sends; the 431 above answers in between).
+HEADER_PARSER_CEILING = 4 * MAX_HEADER_FIELD_BYTES
+#: The header count past which the HTTP parser gives up with its own plain-text 400.
+HEADERS_PARSER_CEILING = 2 * MAX_HEADERS
+#: ``handler_args`` for every aiohttp server that faces a client: the parser's ceilings,
+#: and no lingering: a response sent while the client's body is still unread ends the
+#: connection rather than reading (and dropping) the rest of the body for up to 10 s,
+#: which let four unauthenticated 60 MB bodies stall the event loop for 2 s.
+SERVER_ARGS = {
+    "max_line_size": HEADER_PARSER_CEILING,
+    "max_field_size": HEADER_PARSER_CEILING,
+    "max_headers": HEADERS_PARSER_CEILING,
+    "lingering_time": 0,
+}
 
 _CHUNK = 1 << 16
 
@@ -82,8 +114,36 @@ def _too_large(cap: int, what: str) -> ProtocolError:
     )
 
 
+def header_problem(request: web.BaseRequest) -> ProtocolError | None:
+    """The 431 for a request whose line or headers pass :data:`MAX_HEADER_FIELD_BYTES` or
+    :data:`MAX_HEADERS`, or None when they are within both."""
+    fields = request.raw_headers
+    if len(fields) > MAX_HEADERS:
+        found = f"{len(fields)} header fields, more than the {MAX_HEADERS} allowed"
+    elif len(request.raw_path) > MAX_HEADER_FIELD_BYTES:
+        found = f"a request target of {len(request.raw_path)} bytes"
+    else:
+        longest = max(fields, key=lambda f: max(len(f[0]), len(f[1])), default=None)
+        size = 0 if longest is None else max(len(longest[0]), len(longest[1]))
+        if size <= MAX_HEADER_FIELD_BYTES:
+            return None
+        name = longest[0][:64].decode("latin-1")  # type: ignore[index]
+        found = f"header {name!r} of {size} bytes"
+    return ProtocolError(
+        431,
+        f"request headers are too large ({found}); a request line or header field may be "
+        f"at most {MAX_HEADER_FIELD_BYTES} bytes, with at most {MAX_HEADERS} fields: send "
+        "large content in the body",
+    )
+
+
 async def read_body(request: web.Request, cap: int) -> bytes:
-    """The raw body, read only while it stays within ``cap`` bytes (413 beyond)."""
+    """The raw body, read only while it stays within ``cap`` bytes (413 beyond).
+
+    A declared ``Content-Length`` over ``cap`` is refused before anything is read; a
+    chunked body is counted as it arrives and refused at the first chunk past ``cap``,
+    so no more than ``cap`` bytes are ever held.
+    """
     declared = request.content_length
     if declared is not None and declared > cap:
         raise _too_large(cap, f"Content-Length is {declared}")

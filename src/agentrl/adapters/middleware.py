@@ -40,7 +40,14 @@ from agentrl import plugins
 from agentrl.adapters import probes
 from agentrl.adapters.aborts import DEFAULT_MAX_ENGINE_ABORTS
 from agentrl.adapters.base import Adapter, ChatRequest, ProtocolError
-from agentrl.adapters.limits import body_cap, count_tokens_allowance, decode_json, read_body
+from agentrl.adapters.limits import (
+    SERVER_ARGS,
+    body_cap,
+    count_tokens_allowance,
+    decode_json,
+    header_problem,
+    read_body,
+)
 from agentrl.adapters.offload import Offloader
 from agentrl.adapters.sessions import SAMPLING_POLICIES, Session, SessionTable, new_token
 from agentrl.adapters.splice import check_prompt_mode
@@ -173,7 +180,7 @@ class Middleware:
         app = web.Application(
             client_max_size=self.max_body_bytes,
             middlewares=[probes.json_route_errors(self.adapters)],
-            handler_args={"logger": probes.server_logger()},
+            handler_args={"logger": probes.server_logger(), **SERVER_ARGS},
         )
         seen: dict[tuple[str, str], str] = {}
         for adapter in self.adapters:
@@ -364,8 +371,8 @@ class Middleware:
         return handle
 
     def _expect(self, adapter: Adapter):
-        """``Expect: 100-continue``: authenticate and check the declared size before the
-        client is told to send its body."""
+        """``Expect: 100-continue``: check the headers, authenticate and check the declared
+        size before the client is told to send its body."""
 
         async def expect(request: web.Request) -> web.StreamResponse | None:
             if request.version != HttpVersion11:
@@ -373,12 +380,15 @@ class Middleware:
             if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
                 return adapter.error_response(ProtocolError(417, "only 100-continue is expected"))
             try:
+                problem = header_problem(request)
+                if problem is not None:
+                    raise problem
                 session = self._sessions.authenticate(request.headers)
                 cap = body_cap(session.max_context_tokens, self.max_body_bytes)
                 if (request.content_length or 0) > cap:
                     await read_body(request, cap)  # raises the 413 without reading
             except ProtocolError as error:
-                return adapter.error_response(error)
+                return probes.refused_unread(request, adapter.error_response(error))
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0
             return None

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from agentrl.adapters.base import Adapter, ProtocolError, generic_error_body
-from agentrl.adapters.limits import decode_json, read_body
+from agentrl.adapters.limits import decode_json, header_problem, read_body
 from agentrl.engines.base import Engine, EngineError
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "json_route_errors",
     "models_handler",
     "read_json_body",
+    "refused_unread",
     "server_logger",
 ]
 
@@ -128,8 +129,22 @@ def _owner(adapters: Sequence[Adapter], path: str) -> Adapter | None:
     return best
 
 
+def refused_unread(request: web.BaseRequest, response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` marked ``Connection: close`` when it refuses a body not yet all received.
+
+    The server then closes the connection after the response instead of reading the rest
+    (:data:`~agentrl.adapters.limits.SERVER_ARGS` turns aiohttp's lingering off), so the
+    client cannot keep streaming a body nobody will read.
+    """
+    if not response.prepared and not request.content.is_eof():
+        response.force_close()
+    return response
+
+
 def json_route_errors(adapters: Sequence[Adapter]):
-    """An aiohttp middleware answering unknown routes (404) and wrong methods (405) in JSON.
+    """An aiohttp middleware answering oversized headers (431), unknown routes (404) and
+    wrong methods (405) in JSON, and ending the connection of any answer that leaves the
+    request's body unread (:func:`refused_unread`).
 
     A path under an adapter's route (``/v1/messages/batches``) gets that protocol's error
     shape; any other path the OpenAI shape, ``{"error": {"message", "type", ...}}``.
@@ -138,23 +153,27 @@ def json_route_errors(adapters: Sequence[Adapter]):
 
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except web.HTTPMethodNotAllowed as exc:
-            allowed = ", ".join(sorted(exc.allowed_methods))
-            error = ProtocolError(
-                405, f"{request.method} {request.path} is not allowed; use {allowed}"
-            )
-            headers = {"Allow": ",".join(sorted(exc.allowed_methods))}
-        except web.HTTPNotFound:
-            error = ProtocolError(
-                404,
-                f"agentrl has no route {request.method} {request.path}; it serves "
-                f"{', '.join(served)}, GET /v1/models and GET /healthz",
-            )
-            headers = {}
+        headers: dict[str, str] = {}
+        error = header_problem(request)
+        if error is None:
+            try:
+                return refused_unread(request, await handler(request))
+            except web.HTTPMethodNotAllowed as exc:
+                allowed = ", ".join(sorted(exc.allowed_methods))
+                error = ProtocolError(
+                    405, f"{request.method} {request.path} is not allowed; use {allowed}"
+                )
+                headers = {"Allow": ",".join(sorted(exc.allowed_methods))}
+            except web.HTTPNotFound:
+                error = ProtocolError(
+                    404,
+                    f"agentrl has no route {request.method} {request.path}; it serves "
+                    f"{', '.join(served)}, GET /v1/models and GET /healthz",
+                )
         owner = _owner(adapters, request.path)
         body = owner.error_body(error) if owner is not None else generic_error_body(error)
-        return web.json_response(body, status=error.status, headers=headers)
+        return refused_unread(
+            request, web.json_response(body, status=error.status, headers=headers)
+        )
 
     return middleware
