@@ -189,3 +189,63 @@ async def test_header_overflow_is_the_routes_json_error(protocol, where, middlew
     assert str(limits.MAX_HEADER_FIELD_BYTES) in error_message(protocol, json.loads(body))
     async with http.get(middleware.url + "/v1/models") as probe:
         assert probe.status == 200
+
+
+@pytest.mark.slow
+async def test_sharded_front_refuses_as_the_middleware_does(
+    agentrl_qwen_tokenizer, agentrl_qwen_tokenizer_dir
+):
+    """Through the front of a two-worker middleware: an unauthenticated 60 MB body, a
+    declared body over the session's cap and a chunked one past it are refused from what
+    was read so far (401, 413, 413 in the route's shape, ``Connection: close``) and the
+    client cannot stream the rest into the front (it forwarded the whole body to a worker);
+    a 16 KB header is the route's 431 (the front answered a text/plain 400)."""
+    from shard_support import recipe, scripted
+
+    from agentrl.adapters.middleware import DEFAULT_MAX_BODY_BYTES
+    from agentrl.adapters.shards import ShardedMiddleware
+
+    async with scripted(agentrl_qwen_tokenizer) as engine:
+        sm = ShardedMiddleware(workers=2, build=recipe(engine.url, agentrl_qwen_tokenizer_dir))
+        await sm.start()
+        try:
+            token = sm.open_session("s", max_context_tokens=8_192)
+            cap = limits.body_cap(8_192, DEFAULT_MAX_BODY_BYTES)
+            length = 60_000_000
+            head = post_head(PATHS["openai_chat"], length=length)
+            status, headers, body, rest = await refused_from_headers(sm.url, head, length)
+            assert (status, headers["connection"].lower()) == (401, "close")
+            assert "API key" in error_message("openai_chat", body)
+            assert rest < IN_FLIGHT, f"the front took {rest} more bytes of a refused body"
+
+            head = post_head(PATHS["anthropic"], token=token, length=length)
+            status, headers, body, rest = await refused_from_headers(sm.url, head, length)
+            assert (status, headers["connection"].lower()) == (413, "close")
+            assert str(cap) in error_message("anthropic", body)
+            assert rest < IN_FLIGHT, f"the front took {rest} more bytes of a refused body"
+
+            client = RawClient(sm.url)
+            try:
+                await asyncio.to_thread(client.send, post_head(PATHS["anthropic"], token=token))
+                chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+                sent = await asyncio.to_thread(client.push, chunk, cap + 60 * MIB)
+                status, headers, body = await asyncio.to_thread(client.response)
+            finally:
+                client.close()
+            assert status == 413 and str(cap) in error_message("anthropic", json.loads(body))
+            assert sent < cap + IN_FLIGHT, f"the front took {sent} bytes past a cap of {cap}"
+
+            client = RawClient(sm.url)
+            try:
+                request = post_head(PATHS["anthropic"], token=token, length=2)
+                request = request.replace(
+                    b"\r\n\r\n", f"\r\nX-Big: {'a' * 16_384}\r\n\r\n{{}}".encode()
+                )
+                await asyncio.to_thread(client.send, request)
+                status, headers, body = await asyncio.to_thread(client.response)
+            finally:
+                client.close()
+            assert status == 431, body[:200]
+            assert "8190" in error_message("anthropic", json.loads(body))
+        finally:
+            await sm.close()

@@ -6,9 +6,12 @@ socket without its body being parsed: the body streams through as it arrives (it
 ``Content-Length`` kept, or chunked), the worker's answer streams back as it is written
 (SSE included), compressed bodies stay compressed both ways. The only change is the
 token: the client holds the parent's token, the worker's own replaces it on the way.
-A request without a known token goes to a live worker unchanged, so the 401 / 403 is
-the middleware's own, in the client's error shape. A worker that is gone answers 502
-(a JSON error body Anthropic and OpenAI clients both read), at once.
+A request without a known token (or with a closed session's) goes to a live worker
+without its body, so the 401 / 403 is the middleware's own, in the client's error shape,
+and no byte of a body nobody will read is moved. A worker that is gone answers 502 (a JSON
+error body Anthropic and OpenAI clients both read), at once. Whenever the worker answers
+before the client's body is all read (a refusal), the front ends the client's connection
+after the answer rather than reading the rest (``limits.SERVER_ARGS`` for its server).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
+
+from agentrl.adapters.probes import refused_unread
 
 __all__ = ["HOP_BY_HOP", "Route", "front_app", "gone"]
 
@@ -41,9 +46,10 @@ HOP_BY_HOP = frozenset(
     )
 )
 
-#: ``route(headers)``: the worker's connection pool and the headers to send it, or
-#: ``(None, reason)`` when the session's worker is gone.
-Route = Callable[[Any], Awaitable[tuple[aiohttp.ClientSession | None, Any]]]
+#: ``route(headers)``: the worker's connection pool, the headers to send it and whether the
+#: body goes too (no body for a request the worker will refuse from its headers), or
+#: ``(None, reason, False)`` when the session's worker is gone.
+Route = Callable[[Any], Awaitable[tuple[aiohttp.ClientSession | None, Any, bool]]]
 
 
 def gone(reason: str) -> web.Response:
@@ -57,21 +63,25 @@ def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
     """The front's app: one catch-all route that forwards to ``route``'s worker."""
 
     async def forward(request: web.Request) -> web.StreamResponse:
-        client, sent = await route(request.headers)
+        client, sent, with_body = await route(request.headers)
         if client is None:
-            return gone(sent)
+            return refused_unread(request, gone(sent))
         headers = [(k, v) for k, v in sent.items() if k.lower() not in HOP_BY_HOP]
-        body = _body(request, read_chunk) if request.body_exists else None
+        if not with_body:
+            headers = [(k, v) for k, v in headers if k.lower() != hdrs.CONTENT_LENGTH.lower()]
+        body = _body(request, read_chunk) if with_body and request.body_exists else None
         try:
             upstream = await client.request(
                 request.method, request.rel_url, headers=headers, data=body
             )
         except aiohttp.ClientError as exc:
-            return gone(f"the agentrl middleware worker for this session is gone ({exc})")
+            reason = f"the agentrl middleware worker for this session is gone ({exc})"
+            return refused_unread(request, gone(reason))
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for key, value in upstream.headers.items():
             if key.lower() not in HOP_BY_HOP:
                 response.headers.add(key, value)
+        refused_unread(request, response)
         try:
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():

@@ -47,6 +47,7 @@ import aiohttp
 from aiohttp import web
 
 from agentrl.adapters import shard_worker
+from agentrl.adapters.limits import SERVER_ARGS
 from agentrl.adapters.sessions import CLOSED_TOKENS_KEPT, SAMPLING_POLICIES, new_token
 from agentrl.adapters.shard_handle import CALL_TIMEOUT, ShardSession, WorkerDiedError, WorkerHandle
 from agentrl.adapters.shard_proxy import front_app
@@ -178,6 +179,7 @@ class ShardedMiddleware:
             access_log=None,
             auto_decompress=False,
             shutdown_timeout=5.0,
+            **SERVER_ARGS,
         )
         await runner.setup()
         try:
@@ -365,27 +367,28 @@ class ShardedMiddleware:
                 return mirror, token
         return found[0] if found else (None, "")
 
-    async def _route(self, headers: Any) -> tuple[aiohttp.ClientSession | None, Any]:
-        """The worker's pool and the headers to send (the worker's token put in)."""
+    async def _route(self, headers: Any) -> tuple[aiohttp.ClientSession | None, Any, bool]:
+        """The worker's pool, the headers to send (the worker's token put in) and whether
+        the body goes too (not for a request its worker will refuse: 401, 403)."""
         mirror, token = self._session_of(headers)
         if mirror is None:
             live = [s for s in self._shards if s.dead is None]
             if not live:
-                return None, "no agentrl middleware worker is running"
-            return live[0].client, headers
+                return None, "no agentrl middleware worker is running", False
+            return live[0].client, headers, False
         if mirror.lost is not None:
-            return None, mirror.lost
+            return None, mirror.lost, False
         assert mirror.opened is not None
         try:
             theirs = await mirror.opened
         except Exception as exc:
-            return None, f"session {mirror.sid!r} could not be opened on its worker: {exc}"
+            return None, f"session {mirror.sid!r} could not be opened on its worker: {exc}", False
         sent = headers.copy()
         for key in ("Authorization", "x-api-key"):
             value = sent.get(key)
             if value is not None and token in value:
                 sent[key] = value.replace(token, theirs)
-        return self._shards[mirror.worker].client, sent
+        return self._shards[mirror.worker].client, sent, not mirror.closed
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
