@@ -199,7 +199,8 @@ async def test_sharded_front_refuses_as_the_middleware_does(
     declared body over the session's cap and a chunked one past it are refused from what
     was read so far (401, 413, 413 in the route's shape, ``Connection: close``) and the
     client cannot stream the rest into the front (it forwarded the whole body to a worker);
-    a 16 KB header is the route's 431 (the front answered a text/plain 400)."""
+    a 16 KB header is the route's 431 (the front answered a text/plain 400); a whole turn
+    after them is served and keeps its connection."""
     from shard_support import recipe, scripted
 
     from agentrl.adapters.middleware import DEFAULT_MAX_BODY_BYTES
@@ -247,5 +248,18 @@ async def test_sharded_front_refuses_as_the_middleware_does(
                 client.close()
             assert status == 431, body[:200]
             assert "8190" in error_message("anthropic", json.loads(body))
+
+            client = RawClient(sm.url)
+            try:
+                turn = json.dumps(
+                    {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+                ).encode()
+                request = post_head(PATHS["anthropic"], token=token, length=len(turn)) + turn
+                await asyncio.to_thread(client.send, request)
+                status, headers, body = await asyncio.to_thread(client.response)
+            finally:
+                client.close()
+            assert status == 200, body[:200]
+            assert headers.get("connection", "keep-alive").lower() != "close"
         finally:
             await sm.close()
