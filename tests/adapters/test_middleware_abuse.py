@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 
 import pytest
@@ -193,13 +194,14 @@ async def test_header_overflow_is_the_routes_json_error(protocol, where, middlew
 
 @pytest.mark.slow
 async def test_sharded_front_refuses_as_the_middleware_does(
-    agentrl_qwen_tokenizer, agentrl_qwen_tokenizer_dir
+    agentrl_qwen_tokenizer, agentrl_qwen_tokenizer_dir, caplog
 ):
     """Through the front of a two-worker middleware: an unauthenticated 60 MB body, a
     declared body over the session's cap and a chunked one past it are refused from what
     was read so far (401, 413, 413 in the route's shape, ``Connection: close``) and the
     client cannot stream the rest into the front (it forwarded the whole body to a worker);
-    a 16 KB header is the route's 431 (the front answered a text/plain 400); a whole turn
+    a 16 KB header is the route's 431 (the front answered a text/plain 400), a 40 KB one
+    the parser's own 400 logged on one line (the front logged a traceback); a whole turn
     after them is served and keeps its connection."""
     from shard_support import recipe, scripted
 
@@ -248,6 +250,20 @@ async def test_sharded_front_refuses_as_the_middleware_does(
                 client.close()
             assert status == 431, body[:200]
             assert "8190" in error_message("anthropic", json.loads(body))
+
+            client = RawClient(sm.url)
+            try:
+                request = post_head(PATHS["anthropic"], token=token, length=2)
+                request = request.replace(
+                    b"\r\n\r\n", b"\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n{}"
+                )
+                await asyncio.to_thread(client.send, request)
+                status, headers, body = await asyncio.to_thread(client.response)
+            finally:
+                client.close()
+            assert status == 400
+            logged = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+            assert not logged, [r.getMessage() for r in logged]
 
             client = RawClient(sm.url)
             try:

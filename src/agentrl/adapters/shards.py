@@ -48,6 +48,7 @@ from aiohttp import web
 
 from agentrl.adapters import shard_worker
 from agentrl.adapters.limits import SERVER_ARGS
+from agentrl.adapters.probes import server_logger
 from agentrl.adapters.sessions import CLOSED_TOKENS_KEPT, SAMPLING_POLICIES, new_token
 from agentrl.adapters.shard_handle import CALL_TIMEOUT, ShardSession, WorkerDiedError, WorkerHandle
 from agentrl.adapters.shard_proxy import front_app
@@ -179,6 +180,7 @@ class ShardedMiddleware:
             access_log=None,
             auto_decompress=False,
             shutdown_timeout=5.0,
+            logger=server_logger(),
             **SERVER_ARGS,
         )
         await runner.setup()
