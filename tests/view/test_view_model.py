@@ -110,3 +110,63 @@ def test_tokens_per_second_from_sampled_tokens_and_agent_seconds():
     ]
     assert rows[0]["tokens_per_second"] == 10.0
     assert overview(rows)["tokens_per_second"] == 20.0
+
+
+def test_reward_histogram_counts_graded_samples_only():
+    """An infra_error rollout's reward 0 is no sample (pass@k leaves it out): the reward
+    histogram leaves it out too."""
+    rows = [
+        _row("a#0", "a", "solved", 1.0),
+        _row("a#1", "a", "infra_error", 0.0),
+        _row("a#2", "a", "grader_error", 0.0),
+    ]
+    data = overview(rows)
+    assert data["rewards"]["count"] == 1 and data["rewards"]["mean"] == 1.0
+    assert data["tasks"][0]["graded"] == 1
+
+
+def test_ray_rows_give_nodes_and_reschedules():
+    """Rows from a Ray run: each node's rollouts, solved and failed, and the dispatches
+    lost on a node (from ``rescheduled``); odd entries are unknown, not errors."""
+    lost = [{"node_id": "n1", "error": "node died"}, "junk", {"node_id": 5}]
+    rows = [
+        _row("a#0", "a", "solved", 1.0, node_id="n2", node_ip="10.0.0.2", rescheduled=lost),
+        _row("b#0", "b", "agent_error", node_id="n2", node_ip="10.0.0.2"),
+        _row("c#0", "c", "unsolved", node_id="n1", node_ip="10.0.0.1", rescheduled="x"),
+    ]
+    assert rows[0]["rescheduled"] == [
+        {"node_id": "n1", "error": "node died"},
+        {"node_id": None, "error": None},
+    ]
+    assert rows[2]["rescheduled"] == []
+    data = overview(rows)
+    nodes = {n["node_id"]: n for n in data["nodes"]}
+    assert nodes["n2"] == {
+        "node_id": "n2", "node_ip": "10.0.0.2", "rollouts": 2, "solved": 1, "failed": 1, "lost": 0
+    }  # fmt: skip
+    assert nodes["n1"]["lost"] == 1 and nodes["unknown"]["lost"] == 1
+    assert data["rescheduled"] == 1
+    assert overview([_row("d#0", "d", "solved", 1.0)])["nodes"] == []
+
+
+def test_two_runs_compare_with_shared_bins():
+    """Two runs: outcomes in either, pass@k per task side by side (a task one run lacks
+    is None there), and histograms over the same range so the bars line up."""
+    from agentrl.view.compare import compare_runs
+
+    def run(title, rows):
+        return {"title": title, "kind": "rollout", "rollouts": rows, "overview": overview(rows)}
+
+    a = run("a", [_row("t#0", "t", "solved", 1.0, sampled_tokens=100)])
+    b = run("b", [_row("t#0", "t", "unsolved", 0.0, sampled_tokens=300),
+                  _row("u#0", "u", "infra_error", 0.0, sampled_tokens=10)])  # fmt: skip
+    data = compare_runs([a, b])
+    assert data["outcomes"] == ["solved", "unsolved", "infra_error"]
+    tasks = {t["instance_id"]: t["runs"] for t in data["tasks"]}
+    assert tasks["t"][0]["pass@1"] == 1.0 and tasks["t"][1]["pass@1"] == 0.0
+    assert tasks["u"][0] is None and tasks["u"][1]["graded"] == 0
+    ra, rb = data["runs"][0]["rewards"], data["runs"][1]["rewards"]
+    assert ra["bins"][0]["low"] == rb["bins"][0]["low"] == 0.0 and rb["count"] == 1
+    ta, tb = data["runs"][0]["tokens"], data["runs"][1]["tokens"]
+    assert ta["bins"][-1]["high"] == tb["bins"][-1]["high"] == 300.0
+    assert data["runs"][1]["pass@1"] == 0.0 and data["runs"][1]["pass@k"] == 0.0

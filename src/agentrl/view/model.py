@@ -3,7 +3,8 @@
 Rows come from a file a hostile session may have shaped, so every field is read through
 a typed getter: a missing or odd value is "unknown" (None), never an exception.
 :func:`overview` is everything the run page shows: outcome counts, pass@k per task,
-the reward distribution, per-phase timings, tokens per second and failures by reason.
+the reward distribution (of graded samples, as pass@k counts them), per-phase timings,
+tokens per second, failures by reason, and for a Ray run its nodes and reschedules.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from agentrl.types import Outcome
 __all__ = [
     "PHASES",
     "failure_reason",
+    "graded_rewards",
+    "node_table",
     "overview",
     "pass_at_k",
     "phase_stats",
@@ -34,6 +37,7 @@ _FAILED = frozenset(o.value for o in Outcome if o not in (Outcome.SOLVED, Outcom
 _NUMBERS = re.compile(r"0x[0-9a-f]+|[0-9a-f]{12,}|\d+", re.IGNORECASE)
 MAX_REASON = 200
 MAX_KEYS_PER_REASON = 100
+MAX_RESCHEDULED = 32
 
 
 def text(value: Any, limit: int = 10_000) -> str | None:
@@ -88,7 +92,21 @@ def rollout_summary(row: Mapping[str, Any]) -> dict[str, Any]:
             "details": grade.get("details") if isinstance(grade.get("details"), Mapping) else {},
         },
         "error": text(row.get("error")),
+        "node_id": text(row.get("node_id"), 100),
+        "node_ip": text(row.get("node_ip"), 100),
+        "rescheduled": _rescheduled(row.get("rescheduled")),
     }
+
+
+def _rescheduled(value: Any) -> list[dict[str, str | None]]:
+    """A Ray row's ``rescheduled``: the nodes an earlier dispatch was lost on, and why."""
+    if not isinstance(value, list):
+        return []
+    return [
+        {"node_id": text(lost.get("node_id"), 100), "error": text(lost.get("error"), 1000)}
+        for lost in value[:MAX_RESCHEDULED]
+        if isinstance(lost, Mapping)
+    ]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -131,12 +149,19 @@ def task_table(rollouts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-def reward_histogram(rewards: Iterable[float], bins: int = 10) -> dict[str, Any]:
-    """Counts of ``rewards`` in ``bins`` equal bins between their minimum and maximum."""
+def reward_histogram(
+    rewards: Iterable[float],
+    bins: int = 10,
+    low: float | None = None,
+    high: float | None = None,
+) -> dict[str, Any]:
+    """Counts of ``rewards`` in ``bins`` equal bins between their minimum and maximum
+    (or between ``low`` and ``high``, so two runs' histograms share their bins)."""
     values = sorted(rewards)
     if not values:
         return {"bins": [], "count": 0, "mean": None}
-    low, high = values[0], values[-1]
+    low = values[0] if low is None else min(low, values[0])
+    high = values[-1] if high is None else max(high, values[-1])
     if low == high:
         edges = [(low, high, len(values))]
     else:
@@ -212,6 +237,43 @@ def failure_groups(
     return sorted(groups.values(), key=lambda g: (-g["count"], g["outcome"], g["reason"]))
 
 
+def graded_rewards(rollouts: Iterable[Mapping[str, Any]]) -> list[float]:
+    """The rewards of graded samples: removed ones (infra, grader errors) are no reward."""
+    return [
+        row["reward"] for row in rollouts if row["reward"] is not None and not row["remove_sample"]
+    ]
+
+
+def node_table(rollouts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per Ray node: its rollouts, how many were solved or failed, and the dispatches lost
+    on it (a rollout rescheduled from it). Empty for a run that did not use Ray."""
+    nodes: dict[str, dict[str, Any]] = {}
+
+    def entry(node_id: str) -> dict[str, Any]:
+        return nodes.setdefault(
+            node_id,
+            {
+                "node_id": node_id,
+                "node_ip": None,
+                "rollouts": 0,
+                "solved": 0,
+                "failed": 0,
+                "lost": 0,
+            },
+        )
+
+    for row in rollouts:
+        if row["node_id"]:
+            node = entry(row["node_id"])
+            node["node_ip"] = node["node_ip"] or row["node_ip"]
+            node["rollouts"] += 1
+            node["solved"] += row["outcome"] == Outcome.SOLVED.value
+            node["failed"] += row["outcome"] in _FAILED
+        for lost in row["rescheduled"]:
+            entry(lost["node_id"] or "unknown")["lost"] += 1
+    return sorted(nodes.values(), key=lambda n: (-n["rollouts"], n["node_id"]))
+
+
 def overview(
     rollouts: Sequence[Mapping[str, Any]],
     earlier: Sequence[Mapping[str, Any]] = (),
@@ -220,7 +282,7 @@ def overview(
     outcomes = Counter(row["outcome"] or "unknown" for row in rollouts)
     ordered = {o: outcomes[o] for o in _OUTCOMES if outcomes[o]}
     ordered.update({o: n for o, n in sorted(outcomes.items()) if o not in ordered})
-    rewards = [row["reward"] for row in rollouts if row["reward"] is not None]
+    rewards = graded_rewards(rollouts)
     tokens = sum(row["sampled_tokens"] or 0 for row in rollouts)
     agent = sum(row["timings"].get("agent", 0.0) for row in rollouts)
     rates = sorted(row["tokens_per_second"] for row in rollouts if row["tokens_per_second"])
@@ -235,4 +297,6 @@ def overview(
         "tokens_per_second_median": statistics.median(rates) if rates else None,
         "failures": failure_groups(rollouts, earlier),
         "harnesses": sorted({row["harness"] for row in rollouts if row["harness"]}),
+        "nodes": node_table(rollouts),
+        "rescheduled": sum(1 for row in rollouts if row["rescheduled"]),
     }
