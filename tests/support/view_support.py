@@ -10,6 +10,7 @@ agent, a sub-agent it spawned with a ``Task`` call, a side request, a REALIGN an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -25,6 +26,9 @@ from agentrl.types import Grade, Outcome, Task, TurnFact
 
 SESSION_TASK = "crafted-1"
 FAILING_TASK = "broken-1"
+LONG_TASK = "long-1"
+#: A host name the browser fixture resolves to 127.0.0.1, as a DNS-rebinding attacker's does.
+REBIND_HOST = "rebind.test"
 
 
 @attrs.frozen
@@ -217,7 +221,39 @@ def crafted_session(tokenizer: Any) -> CraftedResult:
     )
 
 
-def write_run(out: pathlib.Path, results: dict[str, CraftedResult], tokenizer: str | None) -> None:
+def long_prompt_session(tokenizer: Any, prompt_words: int = 3000) -> CraftedResult:
+    """A one-turn rollout whose prompt is a long system prompt (``prompt_words`` words,
+    about as many tokens): the tokens trained start far below the top of its sample."""
+    s = _Session(tokenizer)
+    system = {"role": "system", "content": "rules " * prompt_words}
+    user = {"role": "user", "content": "Fix it."}
+    prompt = s.ids("<|im_start|>system\n" + system["content"] + "\n<|im_start|>user\nFix it.\n")
+    s.turn(prompt, "Done: the fix is in.", [system, user], _assistant("Done: the fix is in."))
+    samples = s.manager.get_trajectory("s", reward=1.0, metadata={"session_id": "s"})
+    return CraftedResult(
+        instance_id=LONG_TASK,
+        outcome=Outcome.SOLVED,
+        reward=1.0,
+        samples=tuple(samples),
+        turn_facts=tuple(s.facts),
+        timings={"agent": 1.0, "total": 2.0},
+    )
+
+
+def on_node(result: Any, node: str, ip: str, lost: tuple[tuple[str, str], ...] = ()) -> Any:
+    """``result`` as a Ray node sends it back (:class:`~agentrl.rollout.ray_node.NodeResult`):
+    ran on ``node`` at ``ip`` after the dispatches in ``lost`` ((node, error) pairs) died."""
+    from agentrl.rollout.ray_node import NodeResult
+
+    return NodeResult(
+        result=result,
+        node_id=node,
+        node_ip=ip,
+        rescheduled=tuple({"node_id": n, "error": e} for n, e in lost),
+    )
+
+
+def write_run(out: pathlib.Path, results: dict[str, Any], tokenizer: str | None) -> None:
     """Commit ``results`` (by task id) with the real runner, as ``agentrl rollout`` does."""
     tasks = [Task(instance_id=task, problem_statement=f"Problem of {task}") for task in results]
 
@@ -286,7 +322,9 @@ def _require_chromium() -> None:
 
 @pytest.fixture
 async def browser():
-    """Headless Debian chromium driven by playwright (missing: skipped, or failed under CI)."""
+    """Headless Debian chromium driven by playwright (missing: skipped, or failed under CI).
+
+    It resolves :data:`REBIND_HOST` to 127.0.0.1, as a DNS-rebinding attacker's name does."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -294,7 +332,9 @@ async def browser():
     _require_chromium()
     async with async_playwright() as p:
         instance = await p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox"], headless=True
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1"],
+            headless=True,
         )
         try:
             yield instance
@@ -325,3 +365,24 @@ async def screenshot(page, name: str) -> pathlib.Path:
     await page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
     return path
+
+
+@contextlib.asynccontextmanager
+async def viewer(*sources: Any, poll_seconds: float = 0.1):
+    """The real viewer server (``agentrl view``'s) over ``sources`` on 127.0.0.1, a free
+    port; it looks for new rollouts every ``poll_seconds``."""
+    from agentrl.view.server import ViewServer
+
+    server = ViewServer(list(sources), poll_seconds=poll_seconds)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def crafted_token_text(tokenizer: Any) -> Any:
+    """Per-token text of ``tokenizer`` (a run written without a tokenizer path)."""
+    from agentrl.view.tokens import TokenText
+
+    return TokenText(tokenizer)

@@ -19,12 +19,16 @@ import pytest
 from rollout_support import CLI_DIR, claude_solution, example_task_file
 from view_support import (
     FAILING_TASK,
+    LONG_TASK,
     SESSION_TASK,
     CraftedResult,
     crafted_session,
+    crafted_token_text,
     goto_hash,
+    long_prompt_session,
     open_page,
     screenshot,
+    viewer,
     write_run,
 )
 
@@ -130,29 +134,48 @@ async def test_export_of_a_real_rollout_shows_outcomes_tokens_and_the_session_tr
 
 
 async def test_server_mode_loads_each_rollout_when_opened(browser, crafted_source):
-    """`agentrl view DIR --port`: the page holds no data; a rollout's JSON is fetched when
-    its page opens, and an unknown key is a 404, not a file read."""
-    from aiohttp import web
-
-    from agentrl.view.server import make_app
-
-    runner = web.AppRunner(make_app(crafted_source))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        page = await open_page(browser, f"http://127.0.0.1:{port}/")
+    """`agentrl view DIR`: the printed URL opens the page (holding no data); a rollout's
+    JSON is fetched when its page opens, and an unknown key is a 404, not a file read.
+    The filters say "all harnesses", and a solved rollout's empty error is blank."""
+    async with viewer(crafted_source) as server:
+        page = await open_page(browser, server.url)
+        base = f"http://127.0.0.1:{server.port}"
+        assert page.url == base + "/"  # the token went into a cookie, out of the address
         fetched = []
         page.on("request", lambda request: fetched.append(request.url))
         assert await page.text_content(".outcome[data-outcome=solved] .count") == "1"
+        assert await page.text_content("#filter-harness option[value='']") == "all harnesses"
+        assert "null" not in await page.text_content("main")
+        solved = page.locator("tr.rollout-row[data-outcome=solved]")
+        assert await solved.locator("td").last.text_content() == ""
         assert not [url for url in fetched if "api/rollout" in url]
         await goto_hash(page, "#/rollout/" + quote(f"{SESSION_TASK}#0", safe=""))
         assert [url for url in fetched if "api/rollout" in url]
         assert await page.locator(".marker-realign").count() == 1
-        missing = await page.request.get(f"http://127.0.0.1:{port}/api/rollout?key=../summary")
+        missing = await page.request.get(f"{base}/api/rollout?key=../summary")
         assert missing.status == 404
         await screenshot(page, "view-server-rollout")
         assert page.errors == []
-    finally:
-        await runner.cleanup()
+
+
+async def test_the_token_view_opens_at_the_first_trained_token(browser, tmp_path, qwen_tokenizer):
+    """A sample whose prompt is a 3000-word system prompt: its token box opens scrolled to
+    the first trained token (in view, no menu used), not at the top of the prompt."""
+    out = tmp_path / "run"
+    await asyncio.to_thread(write_run, out, {LONG_TASK: long_prompt_session(qwen_tokenizer)}, None)
+    source = RunSource.open(out)
+    source.token_text = crafted_token_text(qwen_tokenizer)
+    html = tmp_path / "view.html"
+    html.write_text(export_html(source))
+    page = await open_page(browser, html.as_uri() + "#/rollout/" + quote(f"{LONG_TASK}#0", safe=""))
+    sample = page.locator("#samples .sample").first
+    box = sample.locator(".tokens")
+    trained = box.locator(".tok-trained").first
+    await trained.wait_for(state="attached", timeout=10_000)
+    assert "null" not in await page.text_content("main")
+    shown, where = await box.bounding_box(), await trained.bounding_box()
+    assert shown["y"] <= where["y"] and where["y"] + where["height"] <= shown["y"] + shown["height"]
+    assert await box.evaluate("b => b.scrollTop") > 1000  # far below the prompt's start
+    assert await box.locator(".tok-prompt").count() > 0  # the prompt's end, for context
+    await screenshot(page, "view-first-trained")
+    assert page.errors == []

@@ -42,3 +42,16 @@ def test_serve_output_file_lists_its_sessions(tmp_path, crafted_source):
     data = json.loads(out.read_text().split('id="agentrl-data">', 1)[1].split("</script>", 1)[0])
     assert [r["key"] for r in data["rollouts"]] == ["s1"] and data["kind"] == "serve"
     assert len(data["details"]["s1"]["session"]["samples"]) == len(rows)
+
+
+def test_html_export_of_two_runs_holds_their_comparison(tmp_path, crafted_dir):
+    """`agentrl view RUN_A RUN_B --html FILE`: run A's pages and the comparison, offline."""
+    out = tmp_path / "compare.html"
+    result = CliRunner().invoke(
+        cli, ["view", str(crafted_dir), str(crafted_dir), "--html", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text().split('id="agentrl-data">', 1)[1].split("</script>", 1)[0])
+    runs = data["compare"]["runs"]
+    assert [r["rollouts"] for r in runs] == [2, 2] and runs[0]["outcomes"] == runs[1]["outcomes"]
+    assert f"{SESSION_TASK}#0" in data["details"]

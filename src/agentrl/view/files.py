@@ -32,6 +32,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MAX_LOG_TAIL_BYTES",
     "Capped",
+    "JsonlTail",
     "confined",
     "iter_jsonl",
     "parse_line",
@@ -191,3 +192,57 @@ def read_line_at(path: pathlib.Path, offset: int) -> dict[str, Any] | None:
     with path.open("rb") as fh:
         fh.seek(offset)
         return parse_line(fh.readline(MAX_LINE_BYTES))
+
+
+@attrs.define
+class JsonlTail:
+    """The complete lines appended to ``root / name`` since the last :meth:`read`.
+
+    A run in progress appends to its JSONL files: a read returns the lines finished since
+    the last one and leaves a partly written last line for the next. A file that was
+    replaced (a resumed run rewrites it) or got shorter is read again from its start.
+    The file is found again on each read (confined to ``root``), so it may appear later.
+    """
+
+    root: pathlib.Path
+    name: str
+    offset: int = 0
+    identity: tuple[int, int] | None = None
+
+    def read(self) -> tuple[bool, list[tuple[int, bytes]]]:
+        """``(reset, [(byte offset, line), ...])``; ``reset``: the lines start the file anew."""
+        path = confined(self.root, self.name)
+        if path is None:
+            reset = self.identity is not None
+            self.offset, self.identity = 0, None
+            return reset, []
+        try:
+            with path.open("rb") as fh:
+                stat = os.fstat(fh.fileno())
+                identity = (stat.st_dev, stat.st_ino)
+                reset = self.identity is not None and (
+                    identity != self.identity or stat.st_size < self.offset
+                )
+                if reset or self.identity is None:
+                    self.offset = 0
+                self.identity = identity
+                fh.seek(self.offset)
+                return reset, self._lines(fh)
+        except OSError:
+            return False, []
+
+    def _lines(self, fh: Any) -> list[tuple[int, bytes]]:
+        lines = []
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line.endswith(b"\n"):
+                if len(line) <= MAX_LINE_BYTES:
+                    return lines  # end of file, or a line still being written
+                while line and not line.endswith(b"\n"):  # skip the rest of the long line
+                    line = fh.readline(MAX_LINE_BYTES)
+                if not line:
+                    return lines
+                self.offset = fh.tell()
+                continue
+            lines.append((self.offset, line))
+            self.offset += len(line)

@@ -19,6 +19,7 @@ import json
 import logging
 import pathlib
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +72,13 @@ class RunSource:
     memory: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     token_text: TokenText = attrs.field(factory=TokenText)
     tokenizer_name: str | None = None
+    #: Counts up each time the run's files were rewritten and read again from the start.
+    generation: int = 0
+    _samples_tail: files.JsonlTail | None = None
+    _rollouts_tail: files.JsonlTail | None = None
+    _position: dict[str, int] = attrs.field(factory=dict)
+    _bare: set[str] = attrs.field(factory=set)
+    _lock: threading.RLock = attrs.field(factory=threading.RLock)
 
     @classmethod
     def open(cls, path: str | pathlib.Path, tokenizer: str | None = None) -> RunSource:
@@ -107,17 +115,11 @@ class RunSource:
             summary=summary,
             tokenizer_name=text(summary.get("tokenizer"), 4096),
         )
-        seen: set[str] = set()
-        for _, row in files.iter_jsonl(files.confined(root, ROLLOUTS_FILE)):
-            summary_row = rollout_summary(row)
-            if summary_row["key"] and summary_row["key"] not in seen:
-                seen.add(summary_row["key"])
-                source.rows.append(summary_row)
+        source._samples_tail = files.JsonlTail(root, SAMPLES_FILE)
+        source._rollouts_tail = files.JsonlTail(root, ROLLOUTS_FILE)
         for _, row in files.iter_jsonl(files.confined(root, FAILED_FILE)):
             source.earlier.append(rollout_summary(row))
-        source._index("key")
-        if not source.rows:  # samples without rollout lines: list them by key
-            source.rows = [_bare_row(key) for key in source.offsets]
+        source.refresh()
         return source
 
     @classmethod
@@ -134,25 +136,79 @@ class RunSource:
     @classmethod
     def _serve_file(cls, path: pathlib.Path) -> RunSource:
         source = cls(root=path.parent, kind="serve", samples_path=path)
-        source._index("session")
-        source.rows = [_bare_row(key) for key in source.offsets]
+        source._samples_tail = files.JsonlTail(path.parent, path.name)
+        source.refresh()
         return source
 
-    def _index(self, field: str) -> None:
-        """Byte offsets of every sample line, by rollout key (``session`` for serve)."""
-        if self.samples_path is None:
-            return
-        with self.samples_path.open("rb") as fh:
-            offset = 0
-            for line in fh:
+    # -- following a run in progress ---------------------------------------
+    def refresh(self) -> bool:
+        """Read what was appended since the last read; True when the rows changed.
+
+        Sample lines come first (the runner writes a rollout's samples before its
+        ``rollouts.jsonl`` line); a partly written last line waits for the next call. A
+        file that was rewritten (a resumed run) is read again from its start, and
+        :attr:`generation` counts up so a page knows to start over.
+        """
+        with self._lock:
+            before = (self.generation, len(self.rows))
+            reset, row_lines, sample_lines = self._read_tails()
+            if reset:
+                self._start_over()
+                for tail in (self._rollouts_tail, self._samples_tail):
+                    if tail is not None:
+                        tail.offset, tail.identity = 0, None
+                _, row_lines, sample_lines = self._read_tails()
+            field = "session" if self.kind == "serve" else "key"
+            for offset, line in sample_lines:
                 key = _line_key(line, field)
                 if key is not None:
+                    if key not in self.offsets and self._bare_rows():
+                        self._add(_bare_row(key), bare=True)
                     self.offsets.setdefault(key, []).append(offset)
-                offset += len(line)
+            for _, line in row_lines:
+                row = files.parse_line(line)
+                if row is not None:
+                    self._add(rollout_summary(row), bare=False)
+            return (self.generation, len(self.rows)) != before or bool(row_lines)
+
+    def _read_tails(self) -> tuple[bool, list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+        # The rows first: a row read now has its samples in the file already.
+        rows_reset, rows = self._rollouts_tail.read() if self._rollouts_tail else (False, [])
+        samples_reset, samples = self._samples_tail.read() if self._samples_tail else (False, [])
+        if self._samples_tail is not None and self._samples_tail.identity is not None:
+            self.samples_path = files.confined(self._samples_tail.root, self._samples_tail.name)
+        return rows_reset or samples_reset, rows, samples
+
+    def _bare_rows(self) -> bool:
+        """Whether sample keys make the rows: a serve file, or a directory without rows."""
+        return self.kind == "serve" or (
+            self._rollouts_tail is not None and self._rollouts_tail.identity is None
+        )
+
+    def _add(self, row: dict[str, Any], *, bare: bool) -> None:
+        key = row["key"]
+        if not key:
+            return
+        if key in self._position:
+            if key in self._bare and not bare:  # the rollout's line came after its samples
+                self._bare.discard(key)
+                self.rows[self._position[key]] = row
+            return
+        self._position[key] = len(self.rows)
+        self.rows.append(row)
+        if bare:
+            self._bare.add(key)
+
+    def _start_over(self) -> None:
+        self.rows, self.offsets = [], {}
+        self._position, self._bare = {}, set()
+        self.generation += 1
 
     # -- the pages' data ----------------------------------------------------
     def run_data(self) -> dict[str, Any]:
         """The run page: every rollout's row and the run's numbers."""
+        with self._lock:
+            rows = list(self.rows)
         return {
             "kind": self.kind,
             "title": self.samples_path.name
@@ -162,16 +218,21 @@ class RunSource:
             "decoded": self.token_text.decodes,
             "classes": CLASS_CODES,
             "summary": self.summary,
-            "rollouts": self.rows,
+            "generation": self.generation,
+            "rollouts": rows,
             "earlier": self.earlier,
-            "overview": overview(self.rows, self.earlier),
+            "overview": overview(rows, self.earlier),
         }
 
     def row(self, key: Any) -> dict[str, Any] | None:
         """The run's row of ``key``, or None."""
         if not isinstance(key, str):
             return None
-        return next((row for row in self.rows if row["key"] == key), None)
+        with self._lock:
+            if self._position:
+                position = self._position.get(key)
+                return self.rows[position] if position is not None else None
+            return next((row for row in self.rows if row["key"] == key), None)
 
     def samples(self, key: str) -> list[dict[str, Any]]:
         """The sample rows of ``key``, in file order."""
@@ -179,8 +240,10 @@ class RunSource:
             return self.memory[key]
         if self.samples_path is None:
             return []
+        with self._lock:
+            offsets = list(self.offsets.get(key, []))
         found = []
-        for offset in self.offsets.get(key, []):
+        for offset in offsets:
             row = files.read_line_at(self.samples_path, offset)
             if row is not None:
                 found.append(row)

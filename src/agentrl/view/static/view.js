@@ -6,11 +6,14 @@
 
   const DATA = JSON.parse(document.getElementById("agentrl-data").textContent);
   const SERVER = DATA.mode === "server";
+  const COMPARING = SERVER ? DATA.runs > 1 : !!DATA.compare;
   const LH = 18; // px, one token row; .row's height in view.css
   const OVERSCAN = 30; // rows drawn above and below the visible ones
   let RUN = SERVER ? null : DATA;
+  let COMPARE = SERVER ? null : DATA.compare || null;
+  let live = null; // the event stream of a run in progress (server mode)
   const details = {};
-  const filters = { outcome: "", task: "", harness: "" };
+  const filters = { outcome: "", task: "", harness: "", node: "" };
   const app = document.getElementById("app");
 
   function el(tag, props, ...children) {
@@ -30,6 +33,8 @@
     return node;
   }
 
+  // The page's content; a missing (null) part is left out, not written as "null".
+  function fill(...parts) { app.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false)); }
   function unknown(text) { return el("span", { class: "unknown", text: text || "unknown" }); }
   function show(value, digits) {
     if (value === null || value === undefined) return unknown();
@@ -54,7 +59,32 @@
     if (!response.ok) throw new Error(url + ": HTTP " + response.status);
     return response.json();
   }
-  async function getRun() { if (!RUN) RUN = await fetchJSON("api/run"); return RUN; }
+  async function getRun() { if (!RUN) { RUN = await fetchJSON("api/run"); follow(); } return RUN; }
+  async function getCompare(fresh) { if (SERVER && (fresh || !COMPARE)) COMPARE = await fetchJSON("api/compare"); return COMPARE; }
+
+  // -- a run in progress: new rollouts arrive as Server-Sent Events ---------
+  function follow() {
+    if (!SERVER || live || !window.EventSource) return;
+    live = new EventSource("api/events?since=" + RUN.rollouts.length + "&generation=" + RUN.generation);
+    live.addEventListener("rollouts", (e) => {
+      const update = JSON.parse(e.data);
+      RUN.rollouts = update.reset ? update.rollouts : RUN.rollouts.slice(0, update.start).concat(update.rollouts);
+      RUN.generation = update.generation;
+      RUN.overview = update.overview;
+      document.body.dataset.liveCount = String(RUN.rollouts.length);
+      const page = currentPage();
+      if (page === "run") redrawRun();
+      else if (page === "compare") getCompare(true).then(() => { if (currentPage() === "compare") redrawKeepingScroll(drawCompare); });
+    });
+  }
+  function currentPage() {
+    const hash = location.hash || "#/";
+    if (hash.startsWith("#/rollout/")) return "rollout";
+    if (hash === "#/run" || !COMPARING) return "run";
+    return "compare";
+  }
+  function redrawKeepingScroll(draw) { const y = window.scrollY; draw(); window.scrollTo(0, y); }
+  function redrawRun() { redrawKeepingScroll(() => drawRun(RUN)); }
   async function getRollout(key) {
     if (!SERVER) return (RUN.details || {})[key] || null;
     if (!(key in details)) {
@@ -72,9 +102,10 @@
     return el("section", { id: "outcomes" }, el("h2", { text: "Outcomes" }), el("div", { class: "outcomes" }, ...boxes));
   }
 
+  const PLURALS = { outcome: "outcomes", task: "tasks", harness: "harnesses", node: "nodes" };
   function select(name, values) {
     const node = el("select", { id: "filter-" + name, on: { change: (e) => { filters[name] = e.target.value; drawRolloutRows(); } } },
-      el("option", { value: "", text: "all " + name + "s" }), ...values.map((v) => el("option", { value: v, text: v })));
+      el("option", { value: "", text: "all " + PLURALS[name] }), ...values.map((v) => el("option", { value: v, text: v })));
     node.value = filters[name];
     return el("label", {}, name + " ", node);
   }
@@ -82,7 +113,8 @@
   function matches(row) {
     return (!filters.outcome || row.outcome === filters.outcome) &&
       (!filters.task || row.instance_id === filters.task) &&
-      (!filters.harness || row.harness === filters.harness);
+      (!filters.harness || row.harness === filters.harness) &&
+      (!filters.node || row.node_id === filters.node);
   }
 
   function drawRolloutRows() {
@@ -92,18 +124,42 @@
     body.replaceChildren(...rows.map((r) => el("tr", { class: "rollout-row", data: { outcome: r.outcome || "" } },
       el("td", {}, rolloutLink(r.key)), td(r.instance_id), td(r.harness), el("td", {}, badge(r.outcome)),
       td(r.reward, 2), td(r.turns), td(r.sampled_tokens), td(r.tokens_per_second, 1),
-      td((r.timings || {}).agent, 1), td((r.timings || {}).total, 1), td(r.error))));
+      td((r.timings || {}).agent, 1), td((r.timings || {}).total, 1),
+      ...(hasNodes(RUN) ? [el("td", { class: "node" }, nodeText(r))] : []), td(r.error || ""))));
     document.getElementById("rollout-count").textContent = rows.length + " of " + RUN.rollouts.length;
   }
 
   function rolloutsSection(run) {
     const tasks = [...new Set(run.rollouts.map((r) => r.instance_id).filter(Boolean))].sort();
     const outcomes = Object.keys(run.overview.outcomes);
+    const nodes = hasNodes(run);
+    const head = ["rollout", "task", "harness", "outcome", "reward", "turns", "tokens", "tok/s", "agent s", "total s", ...(nodes ? ["node"] : []), "error"];
     return el("section", { id: "rollouts" }, el("h2", { text: "Rollouts" }),
       el("div", { class: "filters" }, select("outcome", outcomes), select("task", tasks), select("harness", run.overview.harnesses),
+        nodes ? select("node", run.overview.nodes.map((n) => n.node_id)) : null,
         el("span", { id: "rollout-count", class: "muted" })),
-      el("table", {}, el("thead", {}, el("tr", {}, ...["rollout", "task", "harness", "outcome", "reward", "turns", "tokens", "tok/s", "agent s", "total s", "error"].map((h) => el("th", { text: h })))),
+      el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { text: h })))),
         el("tbody", { id: "rollout-rows" })));
+  }
+
+  function hasNodes(run) { return !!(run.overview.nodes && run.overview.nodes.length); }
+  function shortNode(id) { return id ? String(id).slice(0, 12) : "unknown"; }
+  function nodeText(r) {
+    if (!r.node_id && !(r.rescheduled || []).length) return "";
+    const where = r.node_id ? (r.node_ip || "?") + " (" + shortNode(r.node_id) + ")" : "unknown";
+    const lost = (r.rescheduled || []).length;
+    return where + (lost ? " · rescheduled ×" + lost : "");
+  }
+  function rescheduledList(r) {
+    return (r.rescheduled || []).map((lost) => el("li", { class: "rescheduled" }, "lost on node " + shortNode(lost.node_id) + ": ", lost.error || unknown("no error recorded")));
+  }
+
+  function nodesSection(run) {
+    if (!hasNodes(run)) return null;
+    const rows = run.overview.nodes.map((n) => el("tr", { class: "node-row", data: { node: n.node_id } }, td(n.node_ip), td(shortNode(n.node_id)), td(n.rollouts), td(n.solved), td(n.failed), td(n.lost)));
+    return el("section", { id: "nodes" }, el("h2", { text: "Ray nodes" }),
+      el("p", { class: "muted", text: run.overview.rescheduled + " rollouts rescheduled after a node was lost" }),
+      table(["node ip", "node id", "rollouts", "solved", "failed", "dispatches lost"], rows));
   }
 
   function tasksSection(run) {
@@ -113,14 +169,16 @@
       table(["task", "rollouts", "graded", "solved", "pass@1", "pass@k", "k"], rows));
   }
 
-  function rewardsSection(run) {
-    const hist = run.overview.rewards;
+  function histogram(hist, what, digits) {
     const most = Math.max(1, ...hist.bins.map((b) => b.count));
     const bars = hist.bins.map((b) => { const bar = el("div", { class: "bar", title: b.low.toFixed(3) + "–" + b.high.toFixed(3) + ": " + b.count }, el("span", { text: b.count })); bar.style.height = Math.round(80 * b.count / most) + "px"; return bar; });
-    const labels = hist.bins.map((b) => el("span", { text: b.low.toFixed(2) }));
-    return el("section", { id: "rewards" }, el("h2", { text: "Reward distribution" }),
-      el("p", { class: "muted" }, hist.count + " rewards, mean ", show(hist.mean, 3)),
+    const labels = hist.bins.map((b) => el("span", { text: b.low.toFixed(digits) }));
+    return el("div", { class: "histogram" }, el("p", { class: "muted" }, hist.count + " " + what + ", mean ", show(hist.mean, digits + 1)),
       el("div", { class: "bars" }, ...bars), el("div", { class: "bar-labels" }, ...labels));
+  }
+
+  function rewardsSection(run) {
+    return el("section", { id: "rewards" }, el("h2", { text: "Reward distribution (graded samples)" }), histogram(run.overview.rewards, "rewards", 2));
   }
 
   function phasesSection(run) {
@@ -143,12 +201,49 @@
       table(["outcome", "count", "earlier attempts", "reason", "rollouts"], rows));
   }
 
-  async function showRun() {
-    const run = await getRun();
+  function drawRun(run) {
     document.getElementById("run-title").textContent = run.title || "";
-    document.getElementById("run-meta").textContent = (run.kind === "serve" ? "serve samples" : "rollout run") + " · " + run.rollouts.length + " rollouts · tokenizer: " + (run.tokenizer || "none (ids shown)");
-    app.replaceChildren(el("h1", { text: "Run", class: "page-run" }), outcomeBoxes(run), rolloutsSection(run), tasksSection(run), rewardsSection(run), phasesSection(run), failuresSection(run));
+    document.getElementById("run-meta").textContent = (run.kind === "serve" ? "serve samples" : "rollout run") + " · " + run.rollouts.length + " rollouts · tokenizer: " + (run.tokenizer || "none (ids shown)") + (live ? " · following the run" : "");
+    const nav = COMPARING ? el("p", {}, el("a", { href: "#/", id: "to-compare", text: "← the two runs compared" })) : null;
+    fill(el("h1", { text: "Run", class: "page-run" }), nav, outcomeBoxes(run), rolloutsSection(run), tasksSection(run), rewardsSection(run), nodesSection(run), phasesSection(run), failuresSection(run));
     drawRolloutRows();
+  }
+
+  async function showRun() {
+    drawRun(await getRun());
+    window.scrollTo(0, 0);
+  }
+
+  // -- two runs side by side ----------------------------------------------------
+  function drawCompare() {
+    const cmp = COMPARE;
+    const [a, b] = cmp.runs;
+    const cols = (f, digits) => cmp.runs.map((r) => td(f(r), digits));
+    const summary = [
+      ["rollouts", (r) => r.rollouts], ["pass@1 (mean over tasks)", (r) => r["pass@1"], 3], ["pass@k (mean over tasks)", (r) => r["pass@k"], 3],
+      ["sampled tokens", (r) => r.sampled_tokens], ["tokens/s", (r) => r.tokens_per_second, 1],
+    ].map(([name, f, digits]) => el("tr", { class: "compare-summary" }, td(name), ...cols(f, digits)));
+    const outcomes = cmp.outcomes.map((o) => el("tr", { class: "compare-outcome", data: { outcome: o } }, el("td", {}, badge(o)), ...cmp.runs.map((r) => td(r.outcomes[o] || 0))));
+    const cell = (t, name, digits) => td(t ? t[name] : null, digits);
+    const tasks = cmp.tasks.map((t) => el("tr", { class: "compare-task", data: { task: t.instance_id } }, td(t.instance_id),
+      ...t.runs.flatMap((x) => [cell(x, "graded"), cell(x, "solved"), cell(x, "pass@1", 3), cell(x, "pass@k", 3)])));
+    const side = (title, f) => el("div", { class: "compare-grid" }, ...cmp.runs.map((r, i) => el("div", { class: "compare-run", data: { run: i } }, el("h3", { text: (i ? "B: " : "A: ") + r.title }), f(r))));
+    const names = ["", "A: " + a.title, "B: " + b.title];
+    app.replaceChildren(el("h1", { text: "Two runs compared", class: "page-compare" }),
+      el("p", {}, el("a", { href: "#/run", id: "to-run", text: "run A's rollouts →" })),
+      el("section", { id: "compare-summary" }, el("h2", { text: "Outcomes" }), table(names, [...outcomes, ...summary])),
+      el("section", { id: "compare-tasks" }, el("h2", { text: "pass@k per task" }),
+        table(["task", ...["A", "B"].flatMap((x) => [x + " graded", x + " solved", x + " pass@1", x + " pass@k"])], tasks)),
+      el("section", { id: "compare-rewards" }, el("h2", { text: "Reward distribution (graded samples)" }), side("rewards", (r) => histogram(r.rewards, "rewards", 2))),
+      el("section", { id: "compare-tokens" }, el("h2", { text: "Sampled tokens per rollout" }), side("tokens", (r) => histogram(r.tokens, "rollouts", 0))));
+  }
+
+  async function showCompare() {
+    await getRun();
+    await getCompare(false);
+    document.getElementById("run-title").textContent = COMPARE.runs.map((r) => r.title).join(" vs ");
+    document.getElementById("run-meta").textContent = "two runs";
+    drawCompare();
     window.scrollTo(0, 0);
   }
 
@@ -269,6 +364,9 @@
         else if (firstTrained < 0 && firstT >= starts[r] && firstT < ends[r]) firstTrained = r;
       }
       if (firstTrained >= 0) jump.insertBefore(el("option", { value: firstTrained, text: "first trained token" }), jump.children[1] || null);
+      // Open where training starts, not on the system prompt: the first trained token's
+      // row near the top (the marker rows before it in view).
+      if (firstTrained >= 0) box.scrollTop = Math.max(0, (firstTrained - 3) * LH);
     }
     let firstTrained = -1;
     const turnRows = {};
@@ -378,10 +476,12 @@
     const task = detail.task || {};
     const timings = Object.entries(row.timings || {}).map(([p, s]) => p + " " + s.toFixed(2) + "s").join(" · ");
     const { section, views } = samplesBlock(detail, run.classes);
-    app.replaceChildren(
+    fill(
       el("h1", { class: "page-rollout" }, el("a", { href: "#/", text: "run" }), " / ", el("span", { id: "rollout-key", text: key })),
       el("p", {}, badge(row.outcome), " reward ", show(row.reward, 3), " · harness ", row.harness || unknown(), " · ", show(row.turns), " turns · ", show(row.sampled_tokens), " sampled tokens", row.error ? " · " : "", row.error ? el("span", { class: "error", text: row.error }) : null),
       el("p", { class: "muted", text: timings || "no timings" }),
+      row.node_id || (row.rescheduled || []).length ? el("div", { id: "node" }, el("p", {}, "ran on node ", row.node_ip || unknown(), " (", row.node_id || unknown(), ")"),
+        (row.rescheduled || []).length ? el("ul", {}, ...rescheduledList(row)) : null) : null,
       el("section", { id: "task" }, el("h3", { text: "Task " + (task.instance_id || "") }), task.problem_statement ? el("pre", { text: task.problem_statement }) : unknown("problem statement not recorded")),
       gradeBlock(row), diffBlock(detail.diff), preBlock("log", detail.log, "Agent log (tail)"),
       treeBlock(detail.session), section);
@@ -404,7 +504,8 @@
       let key = hash.slice(10);
       try { key = decodeURIComponent(key); } catch (e) { /* a malformed escape: the raw text */ }
       done = showRollout(key);
-    } else done = showRun();
+    } else if (currentPage() === "compare") done = showCompare();
+    else done = showRun();
     done.then(() => {
       document.body.dataset.ready = hash || "#/";
       // The next frame is painted with the page drawn (the benchmark reads this time).
