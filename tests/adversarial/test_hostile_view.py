@@ -32,7 +32,8 @@ def _hostile_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     rows = [
         {"key": "evil#0", "instance_id": SCRIPT, "outcome": "agent_error", "reward": 0.0,
          "error": SCRIPT, "harness": SCRIPT, "attempt": 1, "timings": {SCRIPT: 1.0},
-         "diff_path": "/etc/passwd", "agent_log_path": "/etc/shadow",
+         "diff_path": "/etc/passwd", "agent_log_path": "/etc/shadow", "node_id": SCRIPT,
+         "node_ip": SCRIPT, "rescheduled": [{"node_id": SCRIPT, "error": SCRIPT}, SCRIPT],
          "grade": {"reward": 0, "details": {SCRIPT: SCRIPT}}},
         {"key": "../../secret#0", "instance_id": "x", "outcome": "solved", "reward": 1.0},
         {"key": "link#0", "instance_id": "y", "outcome": "solved", "reward": 1.0},
@@ -53,8 +54,8 @@ def _hostile_dir(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def test_markup_in_every_text_stays_inert_in_the_export(tmp_path):
-    """Attack: ``</script><script>…`` in a diff, log, task text, error, key fields and
-    turn facts. Bound: the export has exactly our two script elements and no ``<`` inside
+    """Attack: ``</script><script>…`` in a diff, log, task text, error, key fields, Ray
+    node fields and turn facts. Bound: the export has exactly our two script elements and no ``<`` inside
     the data; the data parses back to the very strings."""
     html = export_html(RunSource.open(_hostile_dir(tmp_path)))
     assert len(re.findall(r"<script", html, re.IGNORECASE)) == 2
@@ -118,8 +119,8 @@ def test_deep_or_broken_json_is_unknown_not_a_crash(tmp_path):
 
 @pytest.mark.slow
 async def test_no_script_of_the_data_runs_in_a_browser(tmp_path):
-    """Attack: the markup above, opened in headless chromium, and a malformed key in the
-    address. Bound: no injected script ran (``window.__pwned`` unset), the text is on the
+    """Attack: the markup above (in the Ray node and reschedule fields too), opened in
+    headless chromium, and a malformed key in the address. Bound: no injected script ran (``window.__pwned`` unset), the text is on the
     page as text, and the bad key is "no rollout", not a dead page."""
     try:
         from playwright.async_api import async_playwright
@@ -142,6 +143,7 @@ async def test_no_script_of_the_data_runs_in_a_browser(tmp_path):
             assert await page.evaluate("window.__pwned === undefined")
             assert SCRIPT in await page.text_content("#diff pre")
             assert SCRIPT in await page.text_content("#task pre")
+            assert SCRIPT in await page.text_content("#node li.rescheduled")
             await page.evaluate("location.hash = '#/'")
             await page.wait_for_selector("body[data-ready='#/']")
             assert await page.evaluate("window.__pwned === undefined")
