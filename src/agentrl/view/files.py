@@ -196,53 +196,68 @@ def read_line_at(path: pathlib.Path, offset: int) -> dict[str, Any] | None:
 
 @attrs.define
 class JsonlTail:
-    """The complete lines appended to ``root / name`` since the last :meth:`read`.
+    """The complete lines appended to ``root / name`` since the last :meth:`lines`.
 
-    A run in progress appends to its JSONL files: a read returns the lines finished since
-    the last one and leaves a partly written last line for the next. A file that was
-    replaced (a resumed run rewrites it) or got shorter is read again from its start.
-    The file is found again on each read (confined to ``root``), so it may appear later.
+    A run in progress appends to its JSONL files: :meth:`lines` streams the lines finished
+    since the last call and leaves a partly written last line for the next. When the file
+    was replaced (a resumed run rewrites it), got shorter or went away, :meth:`replaced`
+    says so and :meth:`rewind` starts over. The file is found again on each call (confined
+    to ``root``), so it may appear later.
     """
 
     root: pathlib.Path
     name: str
     offset: int = 0
+    #: ``(st_dev, st_ino)`` of the file the lines came from; None before the first read.
     identity: tuple[int, int] | None = None
+    _moved: bool = False
 
-    def read(self) -> tuple[bool, list[tuple[int, bytes]]]:
-        """``(reset, [(byte offset, line), ...])``; ``reset``: the lines start the file anew."""
+    def replaced(self) -> bool:
+        """Whether the file is no longer the one the lines so far came from."""
+        if self._moved:
+            return True
+        if self.identity is None:
+            return False
         path = confined(self.root, self.name)
         if path is None:
-            reset = self.identity is not None
-            self.offset, self.identity = 0, None
-            return reset, []
+            return True
         try:
-            with path.open("rb") as fh:
-                stat = os.fstat(fh.fileno())
-                identity = (stat.st_dev, stat.st_ino)
-                reset = self.identity is not None and (
-                    identity != self.identity or stat.st_size < self.offset
-                )
-                if reset or self.identity is None:
-                    self.offset = 0
-                self.identity = identity
-                fh.seek(self.offset)
-                return reset, self._lines(fh)
+            stat = path.stat()
         except OSError:
-            return False, []
+            return False
+        return (stat.st_dev, stat.st_ino) != self.identity or stat.st_size < self.offset
 
-    def _lines(self, fh: Any) -> list[tuple[int, bytes]]:
-        lines = []
-        while True:
-            line = fh.readline(MAX_LINE_BYTES + 1)
-            if not line.endswith(b"\n"):
-                if len(line) <= MAX_LINE_BYTES:
-                    return lines  # end of file, or a line still being written
-                while line and not line.endswith(b"\n"):  # skip the rest of the long line
-                    line = fh.readline(MAX_LINE_BYTES)
-                if not line:
-                    return lines
-                self.offset = fh.tell()
-                continue
-            lines.append((self.offset, line))
-            self.offset += len(line)
+    def rewind(self) -> None:
+        """Read the file from its start next time."""
+        self.offset, self.identity, self._moved = 0, None, False
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """``(byte offset, line)`` for each complete line after the last one read."""
+        path = confined(self.root, self.name)
+        if path is None:
+            return
+        try:
+            fh = path.open("rb")
+        except OSError:
+            return
+        with fh:
+            stat = os.fstat(fh.fileno())
+            identity = (stat.st_dev, stat.st_ino)
+            if self.identity is not None and identity != self.identity:
+                self._moved = True  # replaced since replaced() looked: the next call starts over
+                return
+            self.identity = identity
+            fh.seek(self.offset)
+            while True:
+                line = fh.readline(MAX_LINE_BYTES + 1)
+                if line.endswith(b"\n"):
+                    start, self.offset = self.offset, self.offset + len(line)
+                    yield start, line
+                elif len(line) <= MAX_LINE_BYTES:
+                    return  # the end of the file, or a line still being written
+                else:
+                    while line and not line.endswith(b"\n"):  # skip the rest of a long line
+                        line = fh.readline(MAX_LINE_BYTES)
+                    if not line:
+                        return
+                    self.offset = fh.tell()

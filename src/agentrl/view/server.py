@@ -101,6 +101,8 @@ def _since(request: web.Request) -> tuple[int | None, int]:
 def _update(source: RunSource, generation: int | None, count: int) -> dict[str, Any] | None:
     """What a page holding ``count`` rows of ``generation`` lacks, or None when nothing."""
     source.refresh()
+    if source.generation == generation and len(source.rows) <= count:
+        return None  # nothing new: no need to count the run again
     data = source.run_data()
     reset = generation != data["generation"]
     start = 0 if reset else min(count, len(data["rollouts"]))

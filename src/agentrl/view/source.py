@@ -144,40 +144,38 @@ class RunSource:
     def refresh(self) -> bool:
         """Read what was appended since the last read; True when the rows changed.
 
-        Sample lines come first (the runner writes a rollout's samples before its
-        ``rollouts.jsonl`` line); a partly written last line waits for the next call. A
+        The new rows are read before the samples (the runner writes a rollout's samples
+        before its ``rollouts.jsonl`` line, so a row read has its samples indexed); a
+        partly written last line waits for the next call. A
         file that was rewritten (a resumed run) is read again from its start, and
         :attr:`generation` counts up so a page knows to start over.
         """
         with self._lock:
             before = (self.generation, len(self.rows))
-            reset, row_lines, sample_lines = self._read_tails()
-            if reset:
+            tails = [t for t in (self._rollouts_tail, self._samples_tail) if t is not None]
+            if any(tail.replaced() for tail in tails):
                 self._start_over()
-                for tail in (self._rollouts_tail, self._samples_tail):
-                    if tail is not None:
-                        tail.offset, tail.identity = 0, None
-                _, row_lines, sample_lines = self._read_tails()
-            field = "session" if self.kind == "serve" else "key"
-            for offset, line in sample_lines:
-                key = _line_key(line, field)
-                if key is not None:
-                    if key not in self.offsets and self._bare_rows():
-                        self._add(_bare_row(key), bare=True)
-                    self.offsets.setdefault(key, []).append(offset)
+                for tail in tails:
+                    tail.rewind()
+            # The rows first: a row read now has its samples in the file already.
+            row_lines = list(self._rollouts_tail.lines()) if self._rollouts_tail else []
+            if self._samples_tail is not None:
+                field = "session" if self.kind == "serve" else "key"
+                for offset, line in self._samples_tail.lines():  # streamed: it may be GBs
+                    key = _line_key(line, field)
+                    if key is not None:
+                        if key not in self.offsets and self._bare_rows():
+                            self._add(_bare_row(key), bare=True)
+                        self.offsets.setdefault(key, []).append(offset)
+                if self._samples_tail.identity is not None:
+                    self.samples_path = files.confined(
+                        self._samples_tail.root, self._samples_tail.name
+                    )
             for _, line in row_lines:
                 row = files.parse_line(line)
                 if row is not None:
                     self._add(rollout_summary(row), bare=False)
             return (self.generation, len(self.rows)) != before or bool(row_lines)
-
-    def _read_tails(self) -> tuple[bool, list[tuple[int, bytes]], list[tuple[int, bytes]]]:
-        # The rows first: a row read now has its samples in the file already.
-        rows_reset, rows = self._rollouts_tail.read() if self._rollouts_tail else (False, [])
-        samples_reset, samples = self._samples_tail.read() if self._samples_tail else (False, [])
-        if self._samples_tail is not None and self._samples_tail.identity is not None:
-            self.samples_path = files.confined(self._samples_tail.root, self._samples_tail.name)
-        return rows_reset or samples_reset, rows, samples
 
     def _bare_rows(self) -> bool:
         """Whether sample keys make the rows: a serve file, or a directory without rows."""
