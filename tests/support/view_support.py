@@ -368,12 +368,12 @@ async def screenshot(page, name: str) -> pathlib.Path:
 
 
 @contextlib.asynccontextmanager
-async def viewer(*sources: Any, poll_seconds: float = 0.1):
-    """The real viewer server (``agentrl view``'s) over ``sources`` on 127.0.0.1, a free
+async def viewer(*sources: Any, poll_seconds: float = 0.1, host: str = "127.0.0.1"):
+    """The real viewer server (``agentrl view``'s) over ``sources`` on ``host``, a free
     port; it looks for new rollouts every ``poll_seconds``."""
     from agentrl.view.server import ViewServer
 
-    server = ViewServer(list(sources), poll_seconds=poll_seconds)
+    server = ViewServer(list(sources), host=host, poll_seconds=poll_seconds)
     await server.start()
     try:
         yield server

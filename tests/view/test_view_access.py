@@ -88,6 +88,15 @@ async def test_the_printed_url_sets_a_strict_cookie_and_the_cookie_opens_the_api
             assert status == 403 and KEY not in body
 
 
+async def test_the_printed_url_names_the_bound_address(crafted_source):
+    """Bound to ::1, the viewer prints an [::1] URL that opens it (not a 127.0.0.1 one,
+    where nothing listens)."""
+    async with viewer(crafted_source, host="::1") as server:
+        assert server.url.startswith(f"http://[::1]:{server.port}/?token=")
+        status, body, _ = await _get(server.url.replace("/?", "/api/run?"))
+        assert status == 200 and KEY in body
+
+
 def test_host_rules_follow_the_bound_address():
     """A server bound to a named address also answers that name; a wildcard bind adds no
     name (a request must still say 127.0.0.1, localhost or [::1])."""

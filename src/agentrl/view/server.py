@@ -17,6 +17,7 @@ Every request passes :mod:`~agentrl.view.access` first (the ``Host``, the token)
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from typing import Any
 
@@ -180,6 +181,17 @@ def make_app(
     return app
 
 
+def _url_host(bound: str) -> str:
+    """The host part of the URL to print for a server bound to ``bound``."""
+    try:
+        address = ipaddress.ip_address(bound)
+    except ValueError:
+        return bound  # a name: the user chose it
+    if address.is_unspecified:
+        return "127.0.0.1"
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
 @attrs.define
 class ViewServer:
     """The viewer's server: bound to ``host`` on ``port`` (0: a free one), one token."""
@@ -216,7 +228,7 @@ class ViewServer:
         """The page's address with the token (what a person opens)."""
         if self.access is None:
             raise RuntimeError("the viewer is not started: await start() first")
-        return self.access.url()
+        return self.access.url(_url_host(self.host))
 
     async def close(self) -> None:
         """Stop serving (open event streams end)."""
