@@ -126,8 +126,8 @@ async def test_a_rollout_committed_while_the_page_is_open_appears_on_it(
 ):
     """A run in progress (on Ray): the page is open on the run; the runner commits a
     rollout that ran on node b after node a was lost. Without a reload, its row appears
-    with the node and the reschedule, the outcome counts and the Ray nodes table follow,
-    and its page says where it ran and where it was lost."""
+    with the node and the reschedule, the outcome counts and the Ray nodes table follow
+    (the node filter picks it), and its page says where it ran and where it was lost."""
     out = tmp_path / "run"
     first = CraftedResult(instance_id="first-1", outcome=Outcome.UNSOLVED, reward=0.0)
     await asyncio.to_thread(write_run, out, {"first-1": first}, str(qwen_tokenizer_dir))
@@ -154,6 +154,8 @@ async def test_a_rollout_committed_while_the_page_is_open_appears_on_it(
         nodes = await page.locator("#nodes tr.node-row").all_text_contents()
         assert len(nodes) == 2 and "1 rollouts rescheduled" in await page.text_content("#nodes")
         await screenshot(page, "view-live-run")
+        await page.select_option("#filter-node", "b" * 56)
+        assert await page.locator("tr.rollout-row").count() == 1
         await goto_hash(page, "#/rollout/" + quote("ray-1#0", safe=""))
         where = await page.text_content("#node")
         assert "10.0.0.2" in where and "b" * 56 in where

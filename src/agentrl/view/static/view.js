@@ -103,9 +103,9 @@
   }
 
   const PLURALS = { outcome: "outcomes", task: "tasks", harness: "harnesses", node: "nodes" };
-  function select(name, values) {
+  function select(name, values, label) {
     const node = el("select", { id: "filter-" + name, on: { change: (e) => { filters[name] = e.target.value; drawRolloutRows(); } } },
-      el("option", { value: "", text: "all " + PLURALS[name] }), ...values.map((v) => el("option", { value: v, text: v })));
+      el("option", { value: "", text: "all " + PLURALS[name] }), ...values.map((v) => el("option", { value: v, text: label ? label(v) : v })));
     node.value = filters[name];
     return el("label", {}, name + " ", node);
   }
@@ -136,7 +136,7 @@
     const head = ["rollout", "task", "harness", "outcome", "reward", "turns", "tokens", "tok/s", "agent s", "total s", ...(nodes ? ["node"] : []), "error"];
     return el("section", { id: "rollouts" }, el("h2", { text: "Rollouts" }),
       el("div", { class: "filters" }, select("outcome", outcomes), select("task", tasks), select("harness", run.overview.harnesses),
-        nodes ? select("node", run.overview.nodes.map((n) => n.node_id)) : null,
+        nodes ? select("node", run.overview.nodes.map((n) => n.node_id), (id) => { const n = run.overview.nodes.find((x) => x.node_id === id); return (n.node_ip || "?") + " (" + shortNode(id) + ")"; }) : null,
         el("span", { id: "rollout-count", class: "muted" })),
       el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { text: h })))),
         el("tbody", { id: "rollout-rows" })));
