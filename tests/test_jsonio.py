@@ -84,3 +84,25 @@ def test_encode_ids_without_numpy(monkeypatch):
     monkeypatch.setattr(jsonio, "_numpy", False)
     assert jsonio.encode_ids(ids) == fast
     assert json.loads(fast) == list(ids)
+
+
+@pytest.mark.parametrize(
+    ("line", "column"),
+    [
+        ('{"a": 1,\n', 9),  # cut short: the end of this line, not column 1 of a next one
+        ('{"a": 1,\r\n', 9),
+        ('{"é€": 1 x}\n', 10),  # characters, not bytes
+        ("\ufeff{}\n", 1),  # a byte-order mark inside a file is an error where it stands
+    ],
+)
+def test_loads_line_reports_the_column_in_that_line(line, column):
+    """A JSONL line's error carries the 1-based column where it is in the line itself."""
+    with pytest.raises(jsonio.JSONLineError) as caught:
+        jsonio.loads_line(line)
+    assert caught.value.column == column
+    assert str(caught.value).endswith(f"at column {column}")
+
+
+def test_loads_line_parses_a_line_as_loads_does():
+    """A valid line (with its terminator) parses to the value ``loads`` gives."""
+    assert jsonio.loads_line('{"a": [1, "x"]}\r\n') == {"a": [1, "x"]}

@@ -17,6 +17,7 @@ Public API::
     dumps(value, *, default=None) -> bytes     # compact UTF-8
     dumps_text(value) -> str           # the same, as text
     encode_ids(ids) -> bytes           # a JSON array of token ids (list, tuple, array('I'))
+    loads_line(line) -> Any            # one JSONL line; JSONLineError carries the real column
 """
 
 from __future__ import annotations
@@ -28,12 +29,34 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "dumps", "dumps_text", "encode_ids", "loads", "loads_strict"]
+__all__ = [
+    "JSONDecodeError",
+    "JSONLineError",
+    "dumps",
+    "dumps_text",
+    "encode_ids",
+    "loads",
+    "loads_line",
+    "loads_strict",
+]
 
 #: What :func:`loads` raises for text that is not JSON (a :class:`ValueError`).
 JSONDecodeError = json.JSONDecodeError
 
 _numpy: Any = None
+
+
+class JSONLineError(ValueError):
+    """One line of a JSONL file is not JSON; ``column`` (1-based, in characters) is where.
+
+    ``str()`` is ``"<msg> at column <column>"``, the position in the line as an editor
+    shows it.
+    """
+
+    def __init__(self, msg: str, column: int) -> None:
+        super().__init__(f"{msg} at column {column}")
+        self.msg = msg
+        self.column = column
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
@@ -49,6 +72,23 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     if isinstance(data, memoryview):
         data = bytes(data)
     return json.loads(data)
+
+
+def loads_line(line: str) -> Any:
+    """One line of a JSONL file parsed as :func:`loads` parses it.
+
+    Raises :class:`JSONLineError` whose column points into ``line`` itself: the line's own
+    terminator is not parsed, so a value cut short at the end of the line is reported at
+    the end of that line, not at column 1 of a line that does not exist, and a UTF-8
+    byte-order mark is reported as one.
+    """
+    text = line.rstrip("\r\n")
+    try:
+        return loads(text)
+    except json.JSONDecodeError as exc:
+        raise JSONLineError(exc.msg, exc.colno) from None
+    except RecursionError:
+        raise JSONLineError("nested too deeply", 1) from None
 
 
 def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:

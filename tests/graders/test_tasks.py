@@ -395,11 +395,81 @@ def test_load_tasks_reports_file_and_line(tmp_path, clean_env):
     """A bad line is reported with its file and line number."""
     path = tmp_path / "t.jsonl"
     path.write_text('{"metadata": {"instance_id": "a", "eval_cmd": "true"}}\n\n{oops\n')
-    with pytest.raises(TaskLoadError, match=r"t\.jsonl:3: not valid JSON"):
+    with pytest.raises(TaskLoadError, match=r"t\.jsonl:3:2: not valid JSON"):
         load_tasks(path)
     path.write_text('{"metadata": {"eval_cmd": 1, "instance_id": "a"}}\n')
     with pytest.raises(TaskLoadError, match=r"t\.jsonl:1: metadata\.eval_cmd"):
         load_tasks(path)
+
+
+@pytest.mark.parametrize(
+    ("second_line", "where"),
+    [
+        # cut short: the error is just past the line's last character
+        ('{"metadata": {"instance_id": "b", "eval_cmd": "true"},', lambda line: len(line) + 1),
+        # text after the object (indented)
+        ('   {"metadata": {"instance_id": "b"}} x', lambda line: line.index(" x") + 2),
+        # a trailing comma after a non-ASCII value: columns count characters, not bytes
+        (
+            '{"metadata": {"instance_id": "b", "eval_cmd": "tr\u00e9s €", }}',
+            lambda line: line.index(", }") + 3,
+        ),
+    ],
+)
+def test_a_malformed_line_is_reported_at_its_real_line_and_column(
+    tmp_path, clean_env, second_line, where
+):
+    """A JSON error is reported as FILE:LINE:COLUMN, the column where the error is in that
+    line (a line cut short at its end is reported there, not at column 1 of the next)."""
+    column = where(second_line)
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"metadata": {"instance_id": "a", "eval_cmd": "true"}}\n' + second_line + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(TaskLoadError) as caught:
+        load_tasks(path, grader="scaleswe")
+    assert f"t.jsonl:2:{column}: not valid JSON" in str(caught.value)
+    try:
+        json.loads(second_line)
+    except json.JSONDecodeError as exc:  # the standard library agrees on the position
+        assert exc.pos + 1 == column
+
+
+def test_a_byte_order_mark_opening_the_file_is_not_an_error(tmp_path, clean_env):
+    """A task file saved with a UTF-8 byte-order mark (as some editors do) loads."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"metadata": {"instance_id": "a", "eval_cmd": "true"}}\n')
+    assert [row.task.instance_id for row in load_tasks(path, grader="scaleswe")] == ["a"]
+
+
+@pytest.mark.parametrize("content", ["", "\n\n   \n"])
+def test_an_empty_task_file_is_an_error(tmp_path, clean_env, content):
+    """A file with no row is refused naming the file, not loaded as zero tasks."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    with pytest.raises(TaskLoadError, match=r"no tasks in .*empty\.jsonl"):
+        load_tasks(path, grader="scaleswe")
+
+
+def test_duplicate_instance_ids_are_refused_with_their_lines(tmp_path, clean_env):
+    """Two rows of one instance id (in one file, or across the files of one run) are refused
+    naming the id and every line it is on."""
+    from agentrl.graders.tasks import load_task_files
+
+    row = '{{"metadata": {{"instance_id": "{}", "eval_cmd": "true"}}}}\n'
+    path = tmp_path / "t.jsonl"
+    path.write_text(row.format("a") + row.format("b") + row.format("a") + row.format("a"))
+    with pytest.raises(TaskLoadError) as caught:
+        load_tasks(path, grader="scaleswe")
+    message = str(caught.value)
+    assert f"'a' at {path}:1, {path}:3, {path}:4" in message and "'b'" not in message
+    other = tmp_path / "u.jsonl"
+    path.write_text(row.format("a") + row.format("b"))
+    other.write_text(row.format("c") + row.format("b"))
+    assert len(load_tasks(other, grader="scaleswe")) == 2
+    with pytest.raises(TaskLoadError, match=rf"'b' at {path}:2, {other}:2"):
+        load_task_files([path, other], grader="scaleswe")
 
 
 def test_load_tasks_unknown_grader_lists_choices(tmp_path, clean_env):

@@ -22,7 +22,13 @@ from agentrl.graders.check import (
     check_tasks,
     sandbox_factory_for,
 )
-from agentrl.graders.tasks import AUTO_GRADER, TaskLoadError, load_tasks, make_grader, select_grader
+from agentrl.graders.tasks import (
+    AUTO_GRADER,
+    TaskLoadError,
+    load_task_files,
+    make_grader,
+    select_grader,
+)
 
 __all__ = ["check_tasks_command"]
 
@@ -116,7 +122,7 @@ def check_tasks_command(
         if not isinstance(options, dict):
             raise ValueError("--sandbox-options must be a JSON object")
         factory = sandbox_factory_for(sandbox_name, host_python=host_python, options=options)
-        rows = [row for path in task_files for row in load_tasks(path, grader=chosen)]
+        rows = load_task_files(task_files, grader=chosen)
         graders = {
             name: make_grader(name, timeout=timeout) for name in {r.task.grader for r in rows}
         }

@@ -212,15 +212,13 @@ def rollout_command(**kw: Any) -> None:
            --harness-options key
       130  interrupted (Ctrl-C); re-run the same command to resume
     """
-    from agentrl.graders.tasks import TaskLoadError, load_tasks, select_grader
+    from agentrl.graders.tasks import TaskLoadError, load_task_files, select_grader
 
     evaluation = kw["evaluation"]
     grader = kw["grader"] or select_grader(None, evaluation=evaluation)
     try:
         tasks = [
-            row.task
-            for path in kw["tasks"]
-            for row in load_tasks(path, grader=grader, evaluation=evaluation)
+            row.task for row in load_task_files(kw["tasks"], grader=grader, evaluation=evaluation)
         ]
     except (TaskLoadError, LookupError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -12,17 +12,16 @@ differ; ``auto`` asks the registered graders which of them claims each row.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl import settings
+from agentrl import jsonio, settings
 from agentrl.graders.base import resolve_host_path
 from agentrl.types import DEFAULT_GRADER, Task
 
@@ -38,13 +37,16 @@ __all__ = [
     "TaskRow",
     "detect_grader",
     "detect_protocol",
+    "duplicate_ids",
     "gold_patch",
     "iter_rows",
+    "load_task_files",
     "load_tasks",
     "make_grader",
     "optional_str",
     "parse_common",
     "prompt_text",
+    "refuse_duplicates",
     "require_mapping",
     "resolve_host_path",
     "select_grader",
@@ -230,29 +232,68 @@ class TaskRow:
 
 
 def iter_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, row)`` for every non-blank line of a JSONL file."""
+    """``(line number, row)`` for every non-blank line of a JSONL file.
+
+    A line that is not JSON is reported at its line and column in the file (a UTF-8
+    byte-order mark opening the file is skipped, as editors write one).
+    """
     file = pathlib.Path(path)
     try:
-        handle = file.open(encoding="utf-8")
+        handle = file.open(encoding="utf-8-sig")
     except OSError as exc:
         raise TaskLoadError(f"cannot open task file {file}: {exc}") from exc
     with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TaskLoadError(
-                    f"{file}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "each line must be one JSON object"
-                ) from exc
-            if not isinstance(row, dict):
-                raise TaskLoadError(
-                    f"{file}:{number}: expected a JSON object with prompt/label/metadata, "
-                    f"got {type(row).__name__}"
-                )
-            yield number, row
+        try:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    row = jsonio.loads_line(raw)
+                except jsonio.JSONLineError as exc:
+                    raise TaskLoadError(
+                        f"{file}:{number}:{exc.column}: not valid JSON ({exc.msg}); "
+                        "each line must be one JSON object"
+                    ) from None
+                if not isinstance(row, dict):
+                    raise TaskLoadError(
+                        f"{file}:{number}: expected a JSON object with prompt/label/metadata, "
+                        f"got {type(row).__name__}"
+                    )
+                yield number, row
+        except UnicodeDecodeError as exc:
+            raise TaskLoadError(
+                f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start} of a read "
+                "block); save the task file as UTF-8 JSONL"
+            ) from None
+
+
+def duplicate_ids(rows: Iterable[TaskRow]) -> dict[str, list[TaskRow]]:
+    """The instance ids that more than one of ``rows`` has, each with all its rows."""
+    seen: dict[str, list[TaskRow]] = {}
+    for row in rows:
+        seen.setdefault(row.task.instance_id, []).append(row)
+    return {key: found for key, found in seen.items() if len(found) > 1}
+
+
+def refuse_duplicates(rows: Sequence[TaskRow]) -> None:
+    """Raise :class:`TaskLoadError` naming every instance id that several rows share.
+
+    A rollout directory keys its ``rollouts.jsonl`` lines by instance id, so two tasks with
+    one id would write two lines for one key (and resume one of them as the other).
+    """
+    duplicates = duplicate_ids(rows)
+    if not duplicates:
+        return
+    listed = "; ".join(
+        f"{key!r} at {', '.join(f'{r.source}:{r.line}' for r in found)}"
+        for key, found in list(duplicates.items())[:10]
+    )
+    more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+    raise TaskLoadError(
+        f"{len(duplicates)} instance ids appear more than once: {listed}{more}; each task "
+        "needs its own instance id (remove the repeated rows, or re-import with "
+        "`agentrl tasks import --dedupe`)"
+    )
 
 
 def load_tasks(
@@ -268,6 +309,9 @@ def load_tasks(
     ``auto`` picks a grader per row with ``detect_grader``. ``protocol`` is the deprecated
     name of ``grader``. Relative host paths in a row (``metadata.repo``, swepro scripts,
     gold patches) are resolved against the JSONL file's directory.
+
+    A file with no row, or with two rows of one instance id, raises :class:`TaskLoadError`
+    (the duplicates named with their line numbers).
     """
     if protocol is not None:
         warnings.warn(
@@ -295,5 +339,23 @@ def load_tasks(
         except (ValueError, TypeError, KeyError) as exc:
             raise TaskLoadError(f"{file}:{number}: {exc}") from exc
         rows.append(TaskRow(source=str(file), line=number, task=task))
+    if not rows:
+        raise TaskLoadError(
+            f"no tasks in {file}: the file holds no row; expected one JSON object per line "
+            "(make one with `agentrl tasks import`)"
+        )
+    refuse_duplicates(rows)
     logger.info("loaded %d tasks from %s (grader %s)", len(rows), file, chosen)
+    return rows
+
+
+def load_task_files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    grader: str | Grader | None = None,
+    evaluation: bool = False,
+) -> list[TaskRow]:
+    """:func:`load_tasks` of every file in ``paths``, refusing an instance id two files share."""
+    rows = [row for path in paths for row in load_tasks(path, grader=grader, evaluation=evaluation)]
+    refuse_duplicates(rows)
     return rows
