@@ -65,7 +65,7 @@ def _sources(verified_parquet, gym_dataset_dir) -> dict[str, tuple[list[str], st
     """dataset -> (import arguments, the grader that must claim the rows, row count)."""
     return {
         "verified": (["swebench", str(verified_parquet)], "swebench", 3),
-        "lite": (["swebench", str(DATA / "swebench_lite.jsonl")], "swebench", 2),
+        "rebench": (["swe-rebench", str(DATA / "swe_rebench.jsonl")], "swebench", 2),
         "gym": (["swe-gym", str(gym_dataset_dir)], "swebench", 2),
         "smith": (["swe-smith", str(DATA / "swe_smith.jsonl")], "scaleswe", 2),
         "pro": (
@@ -73,10 +73,11 @@ def _sources(verified_parquet, gym_dataset_dir) -> dict[str, tuple[list[str], st
             "scaleswe",
             2,
         ),
+        "r2e": (["r2e-gym", str(DATA / "r2e_gym.json"), "--skip-invalid"], "scaleswe", 2),
     }
 
 
-@pytest.mark.parametrize("name", ["verified", "lite", "gym", "smith", "pro"])
+@pytest.mark.parametrize("name", ["verified", "rebench", "gym", "smith", "pro", "r2e"])
 def test_each_schema_imports_to_rows_its_grader_claims(
     name, tmp_path, verified_parquet, gym_dataset_dir
 ):
@@ -96,28 +97,19 @@ def test_each_schema_imports_to_rows_its_grader_claims(
 def test_check_tasks_accepts_every_imported_file(tmp_path, verified_parquet, gym_dataset_dir):
     """`agentrl check-tasks` loads each output and its grader's check passes every row; on
     this machine (no Docker images) what stops grading is only the instance image, named.
-
-    The exception is SWE-bench as published before swebench 5.x (no eval_script): the
-    installed 5.x says so, and the importer warned about it.
-    """
-    import swebench
-
+    R2E-Gym publishes no gold patch, so its rows are left unchecked, saying so."""
     files = {}
     for name, (args, _, _) in _sources(verified_parquet, gym_dataset_dir).items():
         files[name] = tmp_path / f"{name}.jsonl"
         result = import_(*args, "--out", str(files[name]))
         assert result.code == 0, result.output
-        if name == "lite" and swebench.__version__.startswith("5."):
-            assert "carry no eval_script, log_parser and eval_type" in result.output
     result = run_cli("check-tasks", *map(str, files.values()), "--json", "--runs", "1")
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(records) == 11, result.stderr
+    assert len(records) == 13, result.stderr
     for record in records:
         reasons = " ".join(record["reasons"])
-        if record["source"].startswith(str(files["lite"])) and swebench.__version__.startswith(
-            "5."
-        ):
-            assert "expects the instance to carry its own eval_script" in reasons
+        if record["source"].startswith(str(files["r2e"])):
+            assert record["status"] == "unchecked" and "no gold patch" in reasons, record
             continue
         image = next(
             json.loads(line)["metadata"]["image"]
@@ -159,7 +151,8 @@ def test_unknown_instance_missing_column_and_existing_out_are_errors(tmp_path):
     assert not out.exists()
     smith_as_swebench = import_("swebench", str(DATA / "swe_smith.jsonl"), "--out", str(out))
     assert smith_as_swebench.code == 1
-    assert "has no column 'base_commit', 'test_patch', 'version'" in smith_as_swebench.output
+    for column in ("base_commit", "test_patch", "version"):
+        assert f"column {column!r} is missing" in smith_as_swebench.output
     assert "the swebench schema" in smith_as_swebench.output
     out.write_text("keep\n")
     refused = import_("swebench", source, "--out", str(out))

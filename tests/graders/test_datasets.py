@@ -156,7 +156,7 @@ def test_a_missing_required_column_names_it_and_the_schema(tmp_path):
     with pytest.raises(DatasetError) as caught:
         import_rows("swebench", tmp_path / "v.json")
     message = str(caught.value)
-    assert "record 2 (django__django-11099) has no column 'test_patch'" in message
+    assert "record 2 (django__django-11099): column 'test_patch' is missing" in message
     assert "the swebench schema" in message and "FAIL_TO_PASS" in message
 
 

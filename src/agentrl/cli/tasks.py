@@ -6,13 +6,11 @@ writes the file and says which grader claims the rows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 __all__ = ["tasks_group"]
 
-_DATASETS = ("swebench", "swe-gym", "swe-smith", "swebench-pro")
+_DATASETS = ("swebench", "swe-gym", "swe-rebench", "swe-smith", "swebench-pro", "r2e-gym")
 
 
 @click.group("tasks")
@@ -46,12 +44,24 @@ def tasks_group() -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Write the records that import and skip (and list) the ones that cannot "
+    "[default: any bad record refuses the whole import].",
+)
+@click.option(
+    "--dedupe",
+    is_flag=True,
+    help="Keep the first record of each repeated instance_id and drop (and list) the rest "
+    "[default: a repeated instance_id refuses the import].",
+)
+@click.option(
     "--image-namespace",
     default=None,
     help="Registry namespace of the image names derived from instance ids, overriding a "
     "record's own image column; 'none' gives swebench's locally built names "
     "(sweb.eval.x86_64.<id>:latest) [default: the record's image, else the dataset's "
-    "published namespace: swebench, xingyaoww, jyangballin, jefzda].",
+    "published namespace: swebench, xingyaoww, jyangballin, jefzda, swerebench].",
 )
 @click.option(
     "--scripts-dir",
@@ -68,6 +78,8 @@ def import_command(
     instances: tuple[str, ...],
     limit: int | None,
     force: bool,
+    skip_invalid: bool,
+    dedupe: bool,
     image_namespace: str | None,
     scripts_dir: str | None,
 ) -> None:
@@ -77,23 +89,31 @@ def import_command(
     Hugging Face datasets directory (save_to_disk or a cache directory; needs the datasets
     library). Nothing is downloaded.
 
+    Every record that cannot become a task row is listed (record number, instance id,
+    column, reason); any such record, or a repeated instance_id, refuses the import
+    unless --skip-invalid or --dedupe says what to do with it.
+
     \b
     Rows go to these graders:
       swebench, swe-gym       swebench (images sweb.eval.x86_64.*)
+      swe-rebench             swebench (images swerebench/sweb.eval.x86_64.*)
       swe-smith               scaleswe, eval_cmd (images swesmith.x86_64.*)
       swebench-pro            scaleswe, swepro (images jefzda/sweap-images:*)
+      r2e-gym                 scaleswe, eval_cmd (images namanjain12/*new:<commit>)
     """
     from agentrl.graders.datasets import (
         DATASETS,
         DatasetError,
         ImportOptions,
         UnknownInstance,
-        import_rows,
+        describe_problems,
+        import_dataset,
         write_rows,
     )
 
+    schema = DATASETS[dataset]
     try:
-        rows = import_rows(
+        report = import_dataset(
             dataset,
             source,
             split=split,
@@ -101,40 +121,45 @@ def import_command(
             limit=limit,
             options=ImportOptions(image_namespace=image_namespace, scripts_dir=scripts_dir),
         )
-        count = write_rows(rows, out, force=force)
     except (DatasetError, UnknownInstance) as exc:
         raise click.ClickException(str(exc)) from None
-    grader = DATASETS[dataset].grader
-    for line in _grading_warnings(grader, rows):
-        click.echo(f"warning: {line}", err=True)
-    images = len({row["metadata"]["image"] for row in rows})
+    refused = [*(() if skip_invalid else report.invalid), *(() if dedupe else report.duplicates)]
+    if refused:
+        advice = []
+        if report.invalid and not skip_invalid:
+            advice.append(
+                f"pass --skip-invalid to write the {len(report.rows)} records that import"
+            )
+        if report.duplicates and not dedupe:
+            advice.append("pass --dedupe to keep the first record of each repeated instance_id")
+        if any(p.reason.startswith("is missing") for p in report.invalid):
+            advice.append(schema.describe())
+        problems = sorted(refused, key=lambda p: p.record)
+        message = describe_problems(source, problems, "; ".join(advice))
+        raise click.ClickException(f"{message}\nnothing was written to {out}")
+    if not report.rows:
+        raise click.ClickException(
+            f"none of the {report.records} records of {source} imports; nothing was written "
+            f"to {out}"
+        )
+    for label, problems in (("skipped", report.invalid), ("dropped duplicate", report.duplicates)):
+        for problem in problems[:20]:
+            click.echo(f"{label}: {problem}", err=True)
+        if len(problems) > 20:
+            click.echo(f"{label}: … and {len(problems) - 20} more", err=True)
+    try:
+        count = write_rows(report.rows, out, force=force)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from None
+    images = len({row["metadata"]["image"] for row in report.rows})
+    notes = []
+    if report.invalid:
+        notes.append(f"skipped {len(report.invalid)} invalid records")
+    if report.duplicates:
+        notes.append(f"dropped {len(report.duplicates)} records repeating an instance_id")
     click.echo(
-        f"wrote {count} {dataset} tasks to {out} (grader {grader}, {images} images); "
-        f"check them with: agentrl check-tasks {out}",
+        f"wrote {count} {dataset} tasks to {out} (grader {schema.grader}, {images} images"
+        + "".join(f"; {note}" for note in notes)
+        + f"); check them with: agentrl check-tasks {out}",
         err=True,
     )
-
-
-def _grading_warnings(grader: str, rows: list[dict[str, Any]]) -> list[str]:
-    """What the installed swebench cannot grade among swebench rows (5.x needs eval scripts)."""
-    if grader != "swebench" or not rows:
-        return []
-    from agentrl.graders.swebench import SWEBenchUnavailable, load_make_test_spec
-
-    try:
-        _, module = load_make_test_spec()
-    except SWEBenchUnavailable as exc:
-        return [f"the swebench grader cannot grade these rows here: {exc}"]
-    if module != "swebench.harness.utils":
-        return []
-    lacking = [
-        row["label"] for row in rows if not row["metadata"]["remote_env_info"].get("eval_script")
-    ]
-    if not lacking:
-        return []
-    return [
-        f"{len(lacking)} of {len(rows)} instances (first: {lacking[0]}) carry no eval_script, "
-        "log_parser and eval_type, which the installed swebench 5.x reads from the instance: "
-        "import the dataset as swebench 5.x publishes it (with those columns), or grade with "
-        "swebench 4.x, which builds them from its own per-repository specs"
-    ]

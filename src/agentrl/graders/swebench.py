@@ -324,7 +324,11 @@ class SWEBenchGrader(Grader):
             if missing:
                 return (
                     f"swebench {version} expects the instance to carry its own "
-                    f"{', '.join(V5_FIELDS)}; missing: {', '.join(missing)}"
+                    f"{', '.join(V5_FIELDS)}; missing: {', '.join(missing)}. A row of "
+                    "SWE-bench as published (no eval script) gets them when imported with "
+                    "`agentrl tasks import swebench` where swebench 4.x is installed "
+                    "(pip install 'swebench>=4,<5'); or import the dataset as swebench 5.x "
+                    "task repos publish it"
                 )
             from swebench.harness.constants import EvalType
             from swebench.harness.log_parsers import PARSER_REGISTRY

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from agentrl.graders.datasets.sources import DatasetError
 
-__all__ = ["ImportOptions", "Schema", "record_id", "string_list", "text"]
+__all__ = [
+    "ColumnError",
+    "ImportOptions",
+    "Schema",
+    "json_object",
+    "record_id",
+    "string_list",
+    "text",
+]
+
+
+class ColumnError(DatasetError):
+    """One column of a record holds a value the schema cannot use; ``column`` names it."""
+
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(f"column {column!r} {reason}")
+        self.column = column
+        self.reason = reason
 
 
 @attrs.frozen(kw_only=True)
@@ -40,6 +57,12 @@ class Schema:
     convert: Callable[[Mapping[str, Any], ImportOptions], dict[str, Any]]
     #: Where the columns and the image naming come from (shown in errors and docs).
     source: str
+    #: The record's instance id when the dataset has no ``instance_id`` column.
+    identify: Callable[[Mapping[str, Any]], str] | None = None
+
+    def instance_id(self, record: Mapping[str, Any]) -> str:
+        """The record's instance id (``?`` when it has none)."""
+        return self.identify(record) if self.identify is not None else record_id(record)
 
     def describe(self) -> str:
         """The expected columns, for an error message."""
@@ -48,22 +71,14 @@ class Schema:
             f"{', '.join(self.required)} (required) and {', '.join(self.optional)} (optional)"
         )
 
-    def check(self, records: Sequence[Mapping[str, Any]], where: str) -> None:
-        """Raise naming the first required column a record lacks, and the expected schema."""
-        for number, record in enumerate(records, start=1):
-            missing = [column for column in self.required if column not in record]
-            if missing:
-                raise DatasetError(
-                    f"{where}: record {number} ({record_id(record)}) has no column "
-                    f"{', '.join(repr(c) for c in missing)}; {self.describe()}"
-                )
+    def missing(self, record: Mapping[str, Any]) -> list[str]:
+        """The required columns ``record`` lacks."""
+        return [column for column in self.required if column not in record]
 
     def row(self, record: Mapping[str, Any], options: ImportOptions) -> dict[str, Any]:
-        """The task row for one record; a bad value raises naming the record and the column."""
-        try:
-            return self.convert(record, options)
-        except DatasetError as exc:
-            raise DatasetError(f"{record_id(record)}: {exc}") from None
+        """The task row for one record; a bad value raises :class:`ColumnError` (or
+        :class:`DatasetError` when no single column is at fault)."""
+        return self.convert(record, options)
 
 
 def record_id(record: Mapping[str, Any]) -> str:
@@ -77,13 +92,28 @@ def text(record: Mapping[str, Any], column: str, *, required: bool = False) -> s
     value = record.get(column)
     if value is None:
         if required:
-            raise DatasetError(f"column {column!r} is empty")
+            raise ColumnError(column, "is empty")
         return ""
     if not isinstance(value, str):
-        raise DatasetError(f"column {column!r} must be a string, got {type(value).__name__}")
+        raise ColumnError(column, f"must be a string, got {type(value).__name__}")
     if required and not value.strip():
-        raise DatasetError(f"column {column!r} is empty")
+        raise ColumnError(column, "is empty")
     return value
+
+
+def json_object(record: Mapping[str, Any], column: str) -> dict[str, Any]:
+    """A mapping column, also accepted JSON-encoded (``{}`` when absent or null)."""
+    value = record.get(column)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ColumnError(column, f"is not a JSON object ({exc.msg})") from None
+    if not isinstance(value, Mapping):
+        raise ColumnError(column, f"must be a JSON object, got {type(value).__name__}")
+    return dict(value)
 
 
 def string_list(record: Mapping[str, Any], column: str) -> list[str]:
@@ -99,12 +129,11 @@ def string_list(record: Mapping[str, Any], column: str) -> list[str]:
             try:
                 value = ast.literal_eval(value)
             except (ValueError, SyntaxError):
-                raise DatasetError(
-                    f"column {column!r} is neither a JSON list nor a Python list literal: "
-                    f"{value[:80]!r}"
+                raise ColumnError(
+                    column, f"is neither a JSON list nor a Python list literal: {value[:80]!r}"
                 ) from None
     if hasattr(value, "tolist"):  # a numpy array from a pandas-written parquet file
         value = value.tolist()
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise DatasetError(f"column {column!r} must be a list of strings, got {value!r:.80}")
+        raise ColumnError(column, f"must be a list of strings, got {value!r:.80}")
     return list(value)

@@ -14,6 +14,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl import jsonio
 from agentrl.extras import install_hint
 
 __all__ = ["DatasetError", "read_source"]
@@ -95,7 +96,7 @@ def _read_json(source: pathlib.Path, split: str | None) -> list[dict[str, Any]]:
 def _read_jsonl(source: pathlib.Path) -> list[dict[str, Any]]:
     rows = []
     try:
-        handle = source.open(encoding="utf-8")
+        handle = source.open(encoding="utf-8-sig")
     except OSError as exc:
         raise DatasetError(f"cannot open {source}: {exc}") from exc
     with handle:
@@ -103,9 +104,11 @@ def _read_jsonl(source: pathlib.Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{source}:{number}: not valid JSON ({exc.msg})") from exc
+                row = jsonio.loads_line(line)
+            except jsonio.JSONLineError as exc:
+                raise DatasetError(
+                    f"{source}:{number}:{exc.column}: not valid JSON ({exc.msg})"
+                ) from None
             if not isinstance(row, dict):
                 raise DatasetError(f"{source}:{number}: a record must be a JSON object")
             rows.append(row)

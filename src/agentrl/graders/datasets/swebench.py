@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl.graders.datasets.schema import ImportOptions, Schema, string_list, text
-from agentrl.graders.datasets.sources import DatasetError
+from agentrl.graders.datasets.schema import ColumnError, ImportOptions, Schema, string_list, text
+from agentrl.graders.datasets.swebench_specs import classic_eval_fields
 
 __all__ = [
     "SWEBENCH",
@@ -70,13 +70,19 @@ def test_files(test_patch: str) -> list[str]:
     return list(dict.fromkeys(_TEST_FILE.findall(test_patch)))
 
 
-def pytest_eval_script(base_commit: str, test_patch: str) -> str:
+def pytest_eval_script(
+    base_commit: str,
+    test_patch: str,
+    *,
+    test_cmd: str = "python -m pytest -p no:cacheprovider -rA",
+    setup: tuple[str, ...] = (),
+) -> str:
     """An eval script in swebench's shape for a pytest repository in a swebench image.
 
-    It activates the image's ``testbed`` conda environment, resets the test files to the
-    base commit, applies the test patch, runs ``pytest -rA`` on those files between the
-    markers swebench's log parser reads, and resets the test files again, the steps of
-    swebench's own eval scripts.
+    It activates the image's ``testbed`` conda environment, runs ``setup`` (a dataset's own
+    eval commands), resets the test files to the base commit, applies the test patch, runs
+    ``test_cmd`` on those files between the markers swebench's log parser reads, and resets
+    the test files again, the steps of swebench's own eval scripts.
     """
     files = " ".join(shlex.quote(f) for f in test_files(test_patch))
     commit = shlex.quote(base_commit)
@@ -91,12 +97,13 @@ def pytest_eval_script(base_commit: str, test_patch: str) -> str:
         "  conda activate testbed\n"
         "fi\n"
         f"cd {WORKDIR}\n"
-        f"git checkout {commit} -- {files}\n"
+        + "".join(f"{line}\n" for line in setup)
+        + f"git checkout {commit} -- {files}\n"
         f"git apply -v - <<'{delimiter}'\n"
         f"{test_patch.rstrip(chr(10))}\n"
         f"{delimiter}\n"
         ": '>>>>> Start Test Output'\n"
-        f"python -m pytest -p no:cacheprovider -rA {files}\n"
+        f"{test_cmd} {files}\n"
         ": '>>>>> End Test Output'\n"
         f"git checkout {commit} -- {files}\n"
     )
@@ -112,7 +119,7 @@ def _instance(record: Mapping[str, Any], columns: tuple[str, ...]) -> dict[str, 
     for column in ("instance_id", "repo", "base_commit", "patch", "test_patch"):
         text(record, column, required=True)
     if not instance["FAIL_TO_PASS"]:
-        raise DatasetError("column 'FAIL_TO_PASS' lists no test")
+        raise ColumnError("FAIL_TO_PASS", "lists no test")
     instance["version"] = str(record.get("version") or "")
     return instance
 
@@ -141,8 +148,15 @@ def _image(record: Mapping[str, Any], options: ImportOptions, derive: Any, defau
 
 
 def swebench_row(record: Mapping[str, Any], options: ImportOptions) -> dict[str, Any]:
-    """A SWE-bench record as a swebench row (the record's own ``image`` when it has one)."""
+    """A SWE-bench record as a swebench row (the record's own ``image`` when it has one).
+
+    A record as SWE-bench publishes it (no ``eval_script``) gets the eval script, log
+    parser and eval type the installed swebench builds for its repo and version
+    (:mod:`.swebench_specs`); a pair swebench has no specs for is a problem of the record.
+    """
     instance = _instance(record, SWEBENCH.required + SWEBENCH.optional)
+    if not instance.get("eval_script"):
+        instance.update(classic_eval_fields(instance))
     return _row("swebench", instance, _image(record, options, swebench_image, "swebench"))
 
 

@@ -16,7 +16,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl.graders.datasets.schema import ImportOptions, Schema, string_list, text
+from agentrl.graders.datasets.schema import ColumnError, ImportOptions, Schema, string_list, text
 from agentrl.graders.datasets.sources import DatasetError
 
 __all__ = ["SWEBENCH_PRO", "swepro_image"]
@@ -65,9 +65,7 @@ def _scripts(scripts_dir: str | None, instance_id: str) -> dict[str, str]:
     root = pathlib.Path(scripts_dir).expanduser().resolve()
     folder = (root / instance_id).resolve()
     if folder.parent != root:
-        raise DatasetError(
-            f"instance_id {instance_id!r} does not name a directory inside --scripts-dir"
-        )
+        raise ColumnError("instance_id", "does not name a directory inside --scripts-dir")
     found = {}
     for key, name in (("run_script_path", "run_script.sh"), ("parser_script_path", "parser.py")):
         path = folder / name
@@ -82,7 +80,7 @@ def swepro_row(record: Mapping[str, Any], options: ImportOptions) -> dict[str, A
     instance_id = text(record, "instance_id", required=True)
     f2p = string_list(record, "fail_to_pass")
     if not f2p:
-        raise DatasetError("column 'fail_to_pass' lists no test")
+        raise ColumnError("fail_to_pass", "lists no test")
     before = text(record, "before_repo_set_cmd").strip()
     swepro = {
         **_scripts(options.scripts_dir, instance_id),

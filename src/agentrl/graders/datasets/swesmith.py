@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from agentrl.graders.datasets.schema import ImportOptions, Schema, string_list, text
+from agentrl.graders.datasets.schema import ColumnError, ImportOptions, Schema, string_list, text
 from agentrl.graders.datasets.sources import DatasetError
 
 __all__ = ["SWE_SMITH", "reverse_patch", "swesmith_image"]
@@ -47,8 +47,8 @@ def swesmith_image(repo: str, namespace: str | None = "jyangballin") -> str:
     """
     mirror = repo.rsplit("/", 1)[-1]
     if "__" not in mirror or "." not in mirror:
-        raise DatasetError(
-            f"column 'repo' {repo!r} is not a SWE-smith mirror (swesmith/<owner>__<repo>.<commit>)"
+        raise ColumnError(
+            "repo", f"{repo!r} is not a SWE-smith mirror (swesmith/<owner>__<repo>.<commit>)"
         )
     name = f"swesmith.x86_64.{mirror.replace('__', '_1776_', 1)}"
     if namespace and namespace.lower() != "none":
@@ -179,7 +179,7 @@ def swesmith_row(record: Mapping[str, Any], options: ImportOptions) -> dict[str,
     f2p = string_list(record, "FAIL_TO_PASS")
     p2p = string_list(record, "PASS_TO_PASS")
     if not f2p:
-        raise DatasetError("column 'FAIL_TO_PASS' lists no test")
+        raise ColumnError("FAIL_TO_PASS", "lists no test")
     foreign = [test for test in f2p + p2p if not _is_pytest_id(test)]
     if foreign:
         raise DatasetError(
