@@ -351,3 +351,38 @@ def test_r2e_comparison_reads_real_pytest_output_as_r2e_gym_does(tmp_path, fixed
         timeout=60,
     )
     assert verdict.returncode == code, verdict.stdout
+
+
+@pytest.mark.parametrize("content", ["dup", "empty"])
+def test_rollout_refuses_repeated_ids_and_empty_task_files_before_any_stack(
+    tmp_path, monkeypatch, content
+):
+    """`agentrl rollout` on a task file with a repeated instance id (which would write two
+    rollouts.jsonl lines for one key) or with no row fails naming the problem, and no
+    stack is built."""
+    from agentrl.cli import rollout as rollout_cli
+    from agentrl.cli.rollout import rollout_command
+
+    tasks = tmp_path / "tasks.jsonl"
+    row = '{{"metadata": {{"instance_id": "{}", "eval_cmd": "true"}}}}\n'
+    tasks.write_text(
+        row.format("a") + row.format("b") + row.format("a") if content == "dup" else ""
+    )
+    built: list[int] = []
+    monkeypatch.setattr(rollout_cli, "run_stack", lambda *a, **k: built.append(1))
+    result = CliRunner().invoke(
+        rollout_command,
+        [
+            str(tasks),
+            "--grader",
+            "scaleswe",
+            "--cli-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    expected = f"'a' at {tasks}:1, {tasks}:3" if content == "dup" else f"no tasks in {tasks}"
+    assert expected in result.output
+    assert built == [] and not (tmp_path / "run" / "rollouts.jsonl").exists()
