@@ -356,3 +356,74 @@ def test_rollout_runs_only_the_instances_and_limit_asked_for(tmp_path, monkeypat
     result = runner.invoke(rollout_command, [*base, "--instance", "sympy__sympy-2059"])
     assert result.exit_code == 1 and "did you mean sympy__sympy-20590" in result.output
     assert len(ran) == 2
+
+
+@pytest.mark.slow
+def test_a_swe_rebench_row_grades_with_the_eval_script_its_install_config_gives(tmp_path):
+    """The eval script built from install_config.test_cmd applies the test patch and runs
+    that command on its files so swebench's parse_log_pytest reads it: gold solves, empty
+    does not."""
+    repo, base = _repo(tmp_path, CALC_BUGGY, TESTS)
+    record = {
+        "instance_id": "local__calc-2",
+        "repo": "local/calc",
+        "base_commit": base,
+        "version": "0.1",
+        "patch": _diff(repo, "calc.py", CALC_FIXED),
+        "test_patch": _diff(repo, "tests/test_calc.py", TESTS + NEW_TEST),
+        "problem_statement": "add subtracts",
+        "hints_text": "",
+        "created_at": "2024-01-01T00:00:00Z",
+        "environment_setup_commit": base,
+        "FAIL_TO_PASS": '["tests/test_calc.py::test_add"]',
+        "PASS_TO_PASS": '["tests/test_calc.py::test_mul"]',
+        "install_config": {
+            "python": "3.11",
+            "install": "pip install -e .",
+            "test_cmd": "python -m pytest --no-header -rA --tb=no -p no:cacheprovider",
+        },
+        "requirements": "pytest\n",
+        "environment": "",
+        "meta": {"has_test_patch": True},
+    }
+    (tmp_path / "rebench.jsonl").write_text(json.dumps(record) + "\n")
+    out = tmp_path / "rebench.out.jsonl"
+    result = import_("swe-rebench", str(tmp_path / "rebench.jsonl"), "--out", str(out))
+    assert result.code == 0, result.output
+    _on_local_sandbox(out, repo)
+    _check_ok(out)
+
+
+R2E_TESTS = (
+    "from calc import add, mul\n\n\nclass TestCalc:\n    def test_add(self):\n"
+    "        assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"
+)
+
+
+@pytest.mark.slow
+def test_an_r2e_gym_row_grades_by_comparing_run_tests_output_with_its_expected_map(tmp_path):
+    """The pre_commands hide r2e_tests/ and run_tests.sh; the eval command puts them back,
+    runs run_tests.sh and compares its pytest summary with expected_output_json: the fix
+    (given as the gold patch, which R2E-Gym does not publish as a diff) solves, the empty
+    patch does not."""
+    repo, base = _repo(tmp_path, CALC_BUGGY, TESTS)
+    (repo / "r2e_tests").mkdir()
+    (repo / "r2e_tests" / "test_1.py").write_text(R2E_TESTS)
+    (repo / "run_tests.sh").write_text("python -m pytest -rA -p no:cacheprovider r2e_tests\n")
+    record = {
+        "repo_name": "calc",
+        "docker_image": f"namanjain12/calcnew:{base}",
+        "commit_hash": base,
+        "problem_statement": "add subtracts",
+        "expected_output_json": json.dumps({"TestCalc.test_add": "PASSED", "test_mul": "PASSED"}),
+        "modified_files": ["calc.py"],
+    }
+    (tmp_path / "r2e.json").write_text(json.dumps([record]))
+    out = tmp_path / "r2e.jsonl"
+    result = import_("r2e-gym", str(tmp_path / "r2e.json"), "--out", str(out))
+    assert result.code == 0, result.output
+    _on_local_sandbox(out, repo)
+    row = json.loads(out.read_text())
+    row["metadata"]["gold_patch"] = _diff(repo, "calc.py", CALC_FIXED)
+    out.write_text(json.dumps(row) + "\n")
+    _check_ok(out)

@@ -138,10 +138,12 @@ def import_command(
         message = describe_problems(source, problems, "; ".join(advice))
         raise click.ClickException(f"{message}\nnothing was written to {out}")
     if not report.rows:
-        raise click.ClickException(
-            f"none of the {report.records} records of {source} imports; nothing was written "
-            f"to {out}"
+        chosen = (
+            f"none of the {report.records} records of {source} imports"
+            if report.records
+            else f"--instance/--limit selected no record of {source}"
         )
+        raise click.ClickException(f"{chosen}; nothing was written to {out}")
     for label, problems in (("skipped", report.invalid), ("dropped duplicate", report.duplicates)):
         for problem in problems[:20]:
             click.echo(f"{label}: {problem}", err=True)
