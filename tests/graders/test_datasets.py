@@ -205,7 +205,10 @@ def test_swesmith_rejects_tests_that_are_not_pytest_node_ids(tmp_path):
     record = json.loads((DATA / "swe_smith.jsonl").read_text().splitlines()[0])
     record["FAIL_TO_PASS"] = ["TestParseHeader"]
     (tmp_path / "go.jsonl").write_text(json.dumps(record) + "\n")
-    with pytest.raises(DatasetError, match="'TestParseHeader' is not a pytest node id"):
+    with pytest.raises(
+        DatasetError,
+        match="column 'FAIL_TO_PASS' lists 'TestParseHeader', which is not a pytest node id",
+    ):
         import_rows("swe-smith", tmp_path / "go.jsonl")
 
 

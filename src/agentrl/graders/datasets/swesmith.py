@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrl.graders.datasets.schema import ColumnError, ImportOptions, Schema, string_list, text
-from agentrl.graders.datasets.sources import DatasetError
 
 __all__ = ["SWE_SMITH", "reverse_patch", "swesmith_image"]
 
@@ -182,10 +181,11 @@ def swesmith_row(record: Mapping[str, Any], options: ImportOptions) -> dict[str,
         raise ColumnError("FAIL_TO_PASS", "lists no test")
     foreign = [test for test in f2p + p2p if not _is_pytest_id(test)]
     if foreign:
-        raise DatasetError(
-            f"test {foreign[0]!r} is not a pytest node id: only SWE-smith's pytest "
+        raise ColumnError(
+            "FAIL_TO_PASS" if foreign[0] in f2p else "PASS_TO_PASS",
+            f"lists {foreign[0]!r}, which is not a pytest node id: only SWE-smith's pytest "
             "repositories can be graded by an eval command (the others need their "
-            "repository profile's test command and log parser)"
+            "repository profile's test command and log parser)",
         )
     own = text(record, "image_name").strip()
     if own and options.image_namespace is None:
