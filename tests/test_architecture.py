@@ -38,6 +38,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.sandboxes.base",
         "agentrl.sandboxes.boot",
         "agentrl.sandboxes.exec",
+        "agentrl.sandboxes.images",
     ),
     (
         "agentrl.harnesses.base",

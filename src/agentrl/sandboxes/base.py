@@ -14,15 +14,18 @@ import os
 import pathlib
 import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from agentrl import settings
 from agentrl.plugin_options import check_option_keys, keyword_parameters
 from agentrl.types import ExecResult, Task
+
+if TYPE_CHECKING:
+    from agentrl.sandboxes.images import ImageReport
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -228,6 +231,26 @@ class Sandbox(abc.ABC):
         an ``infra_error`` per rollout. The default checks nothing.
         """
         return None
+
+    @classmethod
+    def task_images(cls, task: Task, **options: Any) -> tuple[str, ...]:
+        """The images ``task``'s sandbox can boot from, preferred first (a boot takes the
+        first one the backend holds). () (the default): this backend holds no images."""
+        return ()
+
+    @classmethod
+    async def image_report(cls, tasks: Iterable[Task], **options: Any) -> ImageReport | None:
+        """Which images ``tasks`` need (``task_images``) and which the backend lacks, asked
+        once for all of them. None (the default): the backend needs no image held before
+        a boot (``local`` checks its image directories in ``check_task``; ``e2b`` boots
+        templates on its side). Raises ``SandboxError`` when it cannot be asked."""
+        return None
+
+    @classmethod
+    async def pull_image(cls, name: str, **options: Any) -> None:
+        """Fetch image ``name`` from its registry into the backend; ``SandboxError`` on
+        failure. By default the backend cannot, and says so."""
+        raise SandboxError(f"the {cls.name!r} sandbox does not pull images")
 
     @classmethod
     def host_search_path(cls, task: Task, **options: Any) -> str | None:

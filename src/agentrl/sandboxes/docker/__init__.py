@@ -4,7 +4,8 @@
 (``DockerOptions``); ``container`` builds what a container is created with (limits,
 mounts, the service relays), ``execs`` runs one command (process group, capped output),
 ``labels`` labels containers and sweeps leftovers, ``users`` gives the image an ``agent``
-account, ``client`` wraps aiodocker and its errors. aiodocker is imported only when a sandbox talks to a daemon.
+account, ``images`` lists the daemon's images once for a run and pulls, ``client`` wraps
+aiodocker and its errors. aiodocker is imported only when a sandbox talks to a daemon.
 """
 
 from __future__ import annotations

@@ -11,18 +11,19 @@ from typing import Any
 from agentrl.extras import install_hint
 from agentrl.sandboxes.base import SandboxError, SandboxGoneError
 
-__all__ = ["MissingImageError", "connect", "image_present", "missing_images", "sandbox_error"]
+__all__ = ["MissingImageError", "connect", "image_present", "sandbox_error"]
 
 
 class MissingImageError(SandboxError):
-    """None of a sandbox's candidate images is on the daemon (agentrl never pulls)."""
+    """None of a sandbox's candidate images is on the daemon (a sandbox never pulls)."""
 
     def __init__(self, images: tuple[str, ...], host: str) -> None:
         self.images = images
         names = ", ".join(images) or "(none: the task names no image and no default_image is set)"
         super().__init__(
-            f"docker image not present on the daemon at {host}: {names}; build or pull it "
-            "first (`docker pull IMAGE` / `docker build -t IMAGE .`): agentrl never pulls"
+            f"docker image not present on the daemon at {host}: {names}; get it before the "
+            "run with `agentrl images pull TASKS` (or `docker pull IMAGE` / `docker build "
+            "-t IMAGE .`): a sandbox never pulls"
         )
 
 
@@ -60,12 +61,3 @@ async def image_present(docker: Any, name: str) -> bool:
             return False
         raise sandbox_error(exc, f"inspect of image {name}") from exc
     return True
-
-
-async def missing_images(host: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """The images of ``names`` not on the daemon at ``host`` (all when it cannot be asked)."""
-    docker = connect(host)
-    try:
-        return tuple([name for name in names if not await image_present(docker, name)])
-    finally:
-        await docker.close()

@@ -21,7 +21,7 @@ import shlex
 import shutil
 import tarfile
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from agentrl.sandboxes.base import (
@@ -32,16 +32,16 @@ from agentrl.sandboxes.base import (
     SandboxGoneError,
 )
 from agentrl.sandboxes.base import max_output_bytes as _resolve_max_output
-from agentrl.sandboxes.docker import execs, labels, users
+from agentrl.sandboxes.docker import execs, images, labels, users
 from agentrl.sandboxes.docker.client import (
     MissingImageError,
     connect,
     image_present,
-    missing_images,
     sandbox_error,
 )
 from agentrl.sandboxes.docker.container import AGENT_HOME, READY_LINE, create_config
 from agentrl.sandboxes.docker.options import DockerOptions
+from agentrl.sandboxes.images import ImageReport
 from agentrl.types import ExecResult, Task
 
 __all__ = ["DockerSandbox"]
@@ -106,7 +106,7 @@ class DockerSandbox(Sandbox):
     @classmethod
     def check_task(cls, task: Task, **options: Any) -> None:
         """The task names an image (or ``default_image`` is set) and its host repository
-        exists; whether the daemon has the image is checked at boot and by check-tasks."""
+        exists; whether the daemon holds the image is ``image_report``'s question."""
         sandbox = cls.from_task(task, **options)
         if not sandbox.options.candidates():
             raise SandboxError(
@@ -119,24 +119,29 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"the task's repository {repo} does not exist on this machine")
 
     @classmethod
-    async def image_problem(cls, task: Task, **options: Any) -> str | None:
-        """Why no image of ``task`` can run (none present on the daemon), or None."""
-        sandbox = cls.from_task(task, **options)
-        names = sandbox.options.candidates()
-        try:
-            missing = await missing_images(sandbox.options.host, names)
-        except Exception as exc:
-            return f"cannot ask the docker daemon at {sandbox.options.host}: {exc}"
-        if names and len(missing) < len(names):
-            return None
-        return str(MissingImageError(names, sandbox.options.host))
+    def task_images(cls, task: Task, **options: Any) -> tuple[str, ...]:
+        """The images a sandbox of ``task`` boots from, preferred first: the grader's
+        ``metadata.docker_images``, then the task's image, else the default image. The one
+        rule for a boot, ``check-tasks``, the rollout's pre-check and ``agentrl images``."""
+        return cls.from_task(task, **options).options.candidates()
+
+    @classmethod
+    async def image_report(cls, tasks: Iterable[Task], **options: Any) -> ImageReport:
+        """Each distinct image of ``tasks`` and whether the daemon holds it: one listing of
+        the daemon's images (``SandboxError`` when it cannot be asked)."""
+        host = _resolve(options).host
+        pairs = [(task.instance_id, cls.task_images(task, **options)) for task in tasks]
+        return await images.report(host, pairs)
+
+    @classmethod
+    async def pull_image(cls, name: str, **options: Any) -> None:
+        """Pull ``name`` into the daemon from its registry (a sandbox itself never pulls)."""
+        await images.pull(_resolve(options).host, name)
 
     @classmethod
     async def sweep(cls, **options: Any) -> list[str]:
         """Remove every container of this run (``run_id``, default this process's) still there."""
-        resolved = DockerOptions.from_keywords(
-            {k: v for k, v in options.items() if k in DockerOptions.names()}
-        )
+        resolved = _resolve(options)
         try:
             docker = connect(resolved.host)
         except SandboxError as exc:
@@ -369,6 +374,13 @@ class DockerSandbox(Sandbox):
                 f"create the sandbox with services={{{port}: '/path/to/service.sock'}}"
             )
         return f"http://127.0.0.1:{port}"
+
+
+def _resolve(options: Mapping[str, Any]) -> DockerOptions:
+    """The ``DockerOptions`` of a backend-level call's options (others are ignored)."""
+    return DockerOptions.from_keywords(
+        {k: v for k, v in options.items() if k in DockerOptions.names()}
+    )
 
 
 async def _file_chunks(path: pathlib.Path) -> AsyncIterator[bytes]:
