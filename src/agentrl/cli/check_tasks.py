@@ -112,7 +112,9 @@ def check_tasks_command(
     """Grade the gold and empty patch of every task and report broken tasks.
 
     Exits 1 when any task is broken (gold fails, empty passes, grader error, flaky) or its
-    image is missing (the ``docker`` sandbox asks its daemon; nothing is pulled).
+    image is missing (the ``docker`` sandbox lists its daemon's images once; nothing is
+    pulled: ``agentrl images pull`` does that). Missing images are counted among the
+    gradable tasks; a broken task's missing image is named in its reasons and counted apart.
     """
     from agentrl.plugins import PluginError
 
@@ -146,10 +148,17 @@ def check_tasks_command(
     for result in missing:
         click.echo(f"missing image: {result.instance_id}: {'; '.join(result.reasons)}", err=True)
     fine = len(results) - len(broken) - len(missing)
+    # A broken task's image is looked up too, but counted apart: "0 with a missing image"
+    # must not hide the images that the broken tasks, once fixed, would still lack.
+    broken_missing = sum(1 for r in broken if r.image_missing)
+    also = f" (and {broken_missing} of the broken tasks' images)" if broken_missing else ""
     click.echo(
         f"{len(results)} tasks ({chosen}): {fine} well-formed or unchecked, {len(broken)} "
-        f"broken, {len(missing)} with a missing image",
+        f"broken, {len(missing)} gradable with a missing image{also}",
         err=True,
     )
+    if missing or broken_missing:
+        files = " ".join(task_files)
+        click.echo(f"get the missing images with: agentrl images pull {files}", err=True)
     if broken or missing:
         sys.exit(1)

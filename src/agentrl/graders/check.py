@@ -20,7 +20,8 @@ import attrs
 
 from agentrl.graders.base import Grader, SandboxFactory
 from agentrl.graders.tasks import TaskLoadError, TaskRow, gold_patch
-from agentrl.sandboxes.base import Sandbox
+from agentrl.sandboxes.base import Sandbox, SandboxError
+from agentrl.sandboxes.images import ImageReport
 from agentrl.types import Grade, Task
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "TaskCheck",
     "check_task",
     "check_tasks",
+    "images_of",
     "output_tail",
     "sandbox_factory_for",
     "why_tests_did_not_run",
@@ -58,6 +60,10 @@ class TaskCheck:
     empty_rewards: tuple[float, ...] = ()
     #: The end of the output of the grade that made the task broken, when it kept any.
     output_tail: str | None = None
+    #: The image the task boots from (``Sandbox.task_images``, as the rollout decides it),
+    #: when the backend holds images, and whether it is missing (also for a broken task).
+    image: str | None = None
+    image_missing: bool = False
 
     @property
     def broken(self) -> bool:
@@ -76,6 +82,8 @@ class TaskCheck:
             "gold_rewards": list(self.gold_rewards),
             "empty_rewards": list(self.empty_rewards),
             "output_tail": self.output_tail,
+            "image": self.image,
+            "image_missing": self.image_missing,
         }
 
 
@@ -193,28 +201,66 @@ def _describe(kind: str, grades: Sequence[Grade], want_solved: bool) -> tuple[st
     return None
 
 
+#: ``check_task``'s ``images`` when the caller has not asked the backend: it asks itself.
+ASK = object()
+
+
 async def check_task(
-    row: TaskRow, grader: Grader, sandbox_factory: SandboxFactory, *, runs: int = 2
+    row: TaskRow,
+    grader: Grader,
+    sandbox_factory: SandboxFactory,
+    *,
+    runs: int = 2,
+    images: Any = ASK,
 ) -> TaskCheck:
-    """Grade ``row``'s gold and empty patch ``runs`` times each and judge the task."""
+    """Grade ``row``'s gold and empty patch ``runs`` times each and judge the task.
+
+    ``images``: the backend's ``ImageReport`` covering the task (``check_tasks`` asks once
+    for all rows), None when the backend holds no images, the reason it could not be
+    asked, or ``ASK`` (the default) to ask the factory for this task alone. A task the
+    grader turns down is broken, with its missing image (if any) named too; a gradable
+    task whose image is missing is ``missing-image`` and not graded.
+    """
     task = row.task
     source = f"{row.source}:{row.line}"
+    if images is ASK:
+        images = await images_of(sandbox_factory, [task])
+    if isinstance(images, str):
+        image, image_problem = None, images
+    elif isinstance(images, ImageReport):
+        need = images.need_of(task.instance_id)
+        image = need.name if need is not None else None
+        image_problem = images.problem_of(task.instance_id)
+    else:
+        image, image_problem = None, None
+    image_facts = {"image": image, "image_missing": image_problem is not None}
     reason = await asyncio.to_thread(grader.check, task)
     if reason:
+        reasons = (reason, image_problem) if image_problem else (reason,)
         return TaskCheck(
-            instance_id=task.instance_id, source=source, status=BROKEN, reasons=(reason,)
+            instance_id=task.instance_id,
+            source=source,
+            status=BROKEN,
+            reasons=reasons,
+            **image_facts,
         )
-    probe = getattr(sandbox_factory, "image_problem", None)
-    problem = await probe(task) if probe is not None else None
-    if problem:
+    if image_problem:
         return TaskCheck(
-            instance_id=task.instance_id, source=source, status=MISSING_IMAGE, reasons=(problem,)
+            instance_id=task.instance_id,
+            source=source,
+            status=MISSING_IMAGE,
+            reasons=(image_problem,),
+            **image_facts,
         )
     try:
         gold = gold_patch(task)
     except TaskLoadError as exc:
         return TaskCheck(
-            instance_id=task.instance_id, source=source, status=BROKEN, reasons=(str(exc),)
+            instance_id=task.instance_id,
+            source=source,
+            status=BROKEN,
+            reasons=(str(exc),),
+            **image_facts,
         )
     if not gold:
         return TaskCheck(
@@ -222,6 +268,7 @@ async def check_task(
             source=source,
             status=UNCHECKED,
             reasons=("no gold patch (metadata.gold_patch or gold_patch_path): not graded",),
+            **image_facts,
         )
     gold_grades: list[Grade] = []
     empty_grades: list[Grade] = []
@@ -245,6 +292,7 @@ async def check_task(
         gold_rewards=tuple(g.reward for g in gold_grades),
         empty_rewards=tuple(g.reward for g in empty_grades),
         output_tail=next((tail for tail in tails if tail), None),
+        **image_facts,
     )
 
 
@@ -258,13 +306,15 @@ async def check_tasks(
     on_done: Callable[[TaskCheck], None] | None = None,
 ) -> list[TaskCheck]:
     """``check_task`` for every row with its task's grader (``graders`` by name), at most
-    ``concurrency`` at a time; results come in row order."""
+    ``concurrency`` at a time; results come in row order. The backend is asked once, for
+    all rows, which images are missing (``images_of``)."""
     gate = asyncio.Semaphore(max(1, concurrency))
+    images = await images_of(sandbox_factory, [row.task for row in rows])
 
     async def one(row: TaskRow) -> TaskCheck:
         async with gate:
             grader = graders[row.task.grader]
-            result = await check_task(row, grader, sandbox_factory, runs=runs)
+            result = await check_task(row, grader, sandbox_factory, runs=runs, images=images)
         if on_done is not None:
             on_done(result)
         return result
@@ -272,10 +322,24 @@ async def check_tasks(
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
+async def images_of(
+    sandbox_factory: SandboxFactory, tasks: Sequence[Task]
+) -> ImageReport | str | None:
+    """The factory's ``image_report`` of ``tasks`` (one question to the backend), None when
+    the factory or its backend holds no images, or why the backend could not be asked."""
+    report = getattr(sandbox_factory, "image_report", None)
+    if report is None:
+        return None
+    try:
+        return await report(tasks)
+    except SandboxError as exc:
+        return f"cannot ask the sandbox backend for its images: {exc}"
+
+
 @attrs.define
 class SandboxFactoryFor:
     """A ``SandboxFactory`` of ``sandbox_cls`` with ``options``, which can also say, without
-    booting, why a task's image is missing (``image_problem``, where the backend can)."""
+    booting, which images tasks need and which the backend lacks (``image_report``)."""
 
     sandbox_cls: type[Sandbox]
     options: dict[str, Any]
@@ -283,11 +347,10 @@ class SandboxFactoryFor:
     def __call__(self, task: Task) -> Sandbox:
         return self.sandbox_cls.from_task(task, **self.options)
 
-    async def image_problem(self, task: Task) -> str | None:
-        """The backend's ``image_problem(task, **options)`` (the ``docker`` sandbox asks
-        its daemon), or None for a backend that cannot tell."""
-        probe = getattr(self.sandbox_cls, "image_problem", None)
-        return await probe(task, **self.options) if probe is not None else None
+    async def image_report(self, tasks: Sequence[Task]) -> ImageReport | None:
+        """The backend's ``Sandbox.image_report(tasks, **options)``: the images the tasks
+        need and which it lacks (the ``docker`` sandbox lists its daemon's images once)."""
+        return await self.sandbox_cls.image_report(tasks, **self.options)
 
 
 def sandbox_factory_for(
