@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 
 @hookimpl(trylast=True)
 def register_commands(cli: click.Group) -> None:
-    """Add plugins, rollout, serve, demo, examples, check-tasks, tasks, install-clis,
-    preflight and view."""
+    """Add plugins, rollout, serve, demo, examples, check-tasks, tasks, images,
+    install-clis, preflight and view."""
     from agentrl.cli.check_tasks import check_tasks_command
     from agentrl.cli.demo import demo_command
     from agentrl.cli.examples import examples_command
+    from agentrl.cli.images import images_group
     from agentrl.cli.install_clis import install_clis_command
     from agentrl.cli.plugins import plugins_command
     from agentrl.cli.preflight import preflight_command
@@ -38,6 +39,7 @@ def register_commands(cli: click.Group) -> None:
         examples_command,
         check_tasks_command,
         tasks_group,
+        images_group,
         install_clis_command,
         preflight_command,
         view_command,

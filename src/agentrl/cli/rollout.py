@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from agentrl import plugins
+from agentrl.cli.images import rollout_tasks
 from agentrl.cli.options import (
     json_object_option,
     parser_options,
@@ -187,6 +188,12 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     "advertise an agentrl_slots resource [default: --concurrency].",
 )
 @click.option(
+    "--skip-missing-images",
+    is_flag=True,
+    help="Leave out (and list) the tasks whose image the sandbox backend lacks, instead of "
+    "failing before the run (the images are checked once, up front; not with --ray).",
+)
+@click.option(
     "--keep-failed",
     is_flag=True,
     help="On resume, count rollouts that ended in infra_error or grader_error as done "
@@ -206,8 +213,9 @@ def rollout_command(**kw: Any) -> None:
       0    every rollout of this run ended normally (solved, unsolved,
            agent_error, timeout or context_overflow), or none was left to run
       1    some rollouts of this run ended in infra_error or grader_error (a
-           one-line count on stderr), the stack could not start, or a task
-           cannot run in its sandbox
+           one-line count on stderr), the stack could not start, a task
+           cannot run in its sandbox, or a task's image is missing (listed
+           before anything starts; see --skip-missing-images)
       2    usage error: a bad option, an unknown --sandbox-options or
            --harness-options key
       130  interrupted (Ctrl-C); re-run the same command to resume
@@ -264,6 +272,8 @@ def rollout_command(**kw: Any) -> None:
         raise click.UsageError(str(exc)) from None
     except PluginError as exc:
         raise click.ClickException(str(exc)) from None
+    if kw["ray_address"] is None:  # a Ray node's daemon is its own: not this machine's
+        tasks = rollout_tasks(options, tasks, kw["tasks"], skip_missing=kw["skip_missing_images"])
     out = pathlib.Path(kw["out"])
     summary = run_stack(
         options,
