@@ -23,7 +23,6 @@ from rollout_support import CLI_DIR, claude_solution, textstats_task
 
 from agentrl.cli.group import cli
 from agentrl.graders.tasks import load_tasks
-from agentrl.rollout.images import MissingImagesError, check_images
 from agentrl.rollout.stack import StackOptions
 from agentrl.sandboxes.docker import DockerSandbox
 
@@ -252,6 +251,8 @@ def test_check_tasks_images_list_and_the_rollout_name_the_same_image(
     assert need["image"] == check["image"] == expected
     assert check["status"] == "missing-image"
     assert need["present"] is False and need["tasks"] == 1
+
+    from agentrl.rollout.images import MissingImagesError, check_images  # new with the check
 
     stack = StackOptions(sandbox="docker", sandbox_options={"docker_host": dockerd_host})
     with pytest.raises(MissingImagesError) as raised:
