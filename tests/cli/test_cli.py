@@ -89,6 +89,7 @@ BUILTIN_COMMANDS = [
     "check-tasks",
     "demo",
     "examples",
+    "images",
     "install-clis",
     "plugins",
     "preflight",

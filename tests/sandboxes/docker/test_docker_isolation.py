@@ -126,7 +126,8 @@ async def test_missing_image_is_a_clear_error_naming_it(docker_options):
     assert isinstance(info.value.last, MissingImageError)
     assert "agentrl-test/absent:1" in str(info.value)
     assert asyncio.get_running_loop().time() - started < 10
-    problem = await DockerSandbox.image_problem(task, **docker_options)
+    report = await DockerSandbox.image_report([task], **docker_options)
+    problem = report.problem_of("t")
     assert problem is not None and "agentrl-test/absent:1" in problem
 
 
