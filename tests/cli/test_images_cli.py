@@ -74,12 +74,14 @@ async def registry(tmp_path):
 async def test_pull_fetches_the_missing_image_from_its_registry(
     registry, dockerd_host, docker_base_image, tmp_path
 ):
-    """One task on the base image (present), two on an image a registry serves (missing):
-    ``images list`` says so, ``images pull`` pulls only the missing one, exits 0, and the
-    daemon lists it afterwards."""
+    """One task on the base image (present), two on an image a registry serves by tag and
+    one on it by digest (missing): ``images list`` says so, ``images pull`` pulls only the
+    missing ones, exits 0, and the daemon lists both references afterwards."""
     image = f"{registry.address}/{registry.repository}:{registry.tag}"
+    pinned = f"{registry.address}/{registry.repository}@{registry.manifest_digest}"
     tasks = _task_file(
-        tmp_path / "tasks.jsonl", {"here-1": docker_base_image, "far-1": image, "far-2": image}
+        tmp_path / "tasks.jsonl",
+        {"here-1": docker_base_image, "far-1": image, "far-2": image, "far-3": pinned},
     )
     options = json.dumps({"docker_host": dockerd_host})
     try:
@@ -95,17 +97,18 @@ async def test_pull_fetches_the_missing_image_from_its_registry(
             "images", "pull", str(tasks), "--sandbox-options", options, cwd=tmp_path
         )
         assert code == 0, err
-        assert f"pulled: {image}" in out
-        assert "2 images: 1 already present, 1 pulled, 0 failed" in err
+        assert f"pulled: {image}" in out and f"pulled: {pinned}" in out
+        assert "3 images: 1 already present, 2 pulled, 0 failed" in err
         assert any("/blobs/" in line for line in registry.requests), registry.requests
 
         code, out, _ = await _agentrl(
             "images", "list", str(tasks), "--sandbox-options", options, "--json", cwd=tmp_path
         )
         after = {row["image"]: row for row in map(json.loads, out.splitlines())}
-        assert after[image]["present"] is True
+        assert after[image]["present"] is True and after[pinned]["present"] is True
     finally:
         await asyncio.to_thread(_remove_image, dockerd_host, image)
+        await asyncio.to_thread(_remove_image, dockerd_host, pinned)
 
 
 async def test_pull_reports_each_failed_image_and_exits_1(

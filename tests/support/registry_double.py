@@ -74,6 +74,8 @@ class RegistryDouble:
                 ],
             }
         ).encode()
+        #: The manifest's digest: ``repository@manifest_digest`` pulls the image too.
+        self.manifest_digest = _digest(self.manifest)
         self.requests: list[str] = []
         self.address = ""
         self._runner: web.AppRunner | None = None

@@ -60,9 +60,9 @@ def _task_file(path: pathlib.Path, *rows: dict) -> pathlib.Path:
     return path
 
 
-def _image_id(host: str, image: str) -> str:
+def _docker(host: str, *args: str) -> str:
     return subprocess.run(
-        ["docker", "image", "inspect", "-f", "{{.Id}}", image],
+        ["docker", *args],
         env={**os.environ, "DOCKER_HOST": host},
         capture_output=True,
         text=True,
@@ -70,27 +70,38 @@ def _image_id(host: str, image: str) -> str:
     ).stdout.strip()
 
 
-async def test_one_listing_answers_for_every_task(proxy, docker_base_image):
-    """Five tasks on three names: the base image by tag and by id prefix, and one image the
-    daemon lacks (two tasks). The backend asks the daemon one thing, its image list, and
-    groups the tasks by image, saying which is missing."""
-    image_id = await asyncio.to_thread(_image_id, proxy.host, docker_base_image)
-    proxy.requests.clear()
-    base = textstats_task()
-    tasks = [
-        attrs.evolve(base, instance_id="a", image=docker_base_image),
-        attrs.evolve(base, instance_id="b", image=docker_base_image),
-        attrs.evolve(base, instance_id="c", image=image_id.removeprefix("sha256:")[:12]),
-        attrs.evolve(base, instance_id="d", image=NEVER_BUILT),
-        attrs.evolve(base, instance_id="e", image=NEVER_BUILT),
-    ]
-    report = await DockerSandbox.image_report(tasks, docker_host=proxy.host)
+async def test_one_listing_answers_for_every_task(proxy, dockerd_host, docker_base_image, tmp_path):
+    """Six tasks on four names: the base image by tag, by id prefix and by a Docker Hub
+    spelling of a local tag (``docker.io/library/NAME``, no tag: ``latest``), and one image
+    the daemon lacks (two tasks). The backend asks the daemon one thing, its image list,
+    and groups the tasks by image, saying which is missing."""
+    alias = f"agentrl-test-hub-{tmp_path.name.lower()[-12:]}"
+    await asyncio.to_thread(_docker, dockerd_host, "tag", docker_base_image, f"{alias}:latest")
+    try:
+        image_id = await asyncio.to_thread(
+            _docker, dockerd_host, "image", "inspect", "-f", "{{.Id}}", docker_base_image
+        )
+        short_id = image_id.removeprefix("sha256:")[:12]
+        base = textstats_task()
+        images = {
+            "a": docker_base_image,
+            "b": docker_base_image,
+            "c": short_id,
+            "d": NEVER_BUILT,
+            "e": NEVER_BUILT,
+            "f": f"docker.io/library/{alias}",
+        }
+        tasks = [attrs.evolve(base, instance_id=key, image=image) for key, image in images.items()]
+        report = await DockerSandbox.image_report(tasks, docker_host=proxy.host)
+    finally:
+        await asyncio.to_thread(_docker, dockerd_host, "rmi", f"{alias}:latest")
     # /version: aiodocker's API version negotiation, before any question.
     assert [p for p in proxy.paths() if p != "/version"] == ["/images/json"], proxy.requests
     assert [(n.name, n.tasks, n.missing) for n in report.needs] == [
         (docker_base_image, ("a", "b"), False),
-        (image_id.removeprefix("sha256:")[:12], ("c",), False),
+        (short_id, ("c",), False),
         (NEVER_BUILT, ("d", "e"), True),
+        (f"docker.io/library/{alias}", ("f",), False),
     ]
     assert report.missing_tasks() == {"d", "e"}
 

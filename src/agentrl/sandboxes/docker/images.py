@@ -24,12 +24,15 @@ _IMAGE_ID = re.compile(r"^(?:sha256:)?([0-9a-f]{12,64})$")
 
 def reference_key(name: str) -> str:
     """``name`` as the daemon lists it: ``repo:tag`` (tag ``latest`` when none) or
-    ``repo@digest``, without Docker Hub's ``docker.io/`` and ``library/`` prefixes."""
+    ``repo@digest``, without Docker Hub's ``docker.io/`` and ``library/`` prefixes.
+
+    >>> reference_key("docker.io/library/python:3.12@sha256:ab")
+    'python@sha256:ab'
+    """
     repo, at, digest = name.strip().partition("@")
-    tag = ""
-    if not at:
-        slash, colon = repo.rfind("/"), repo.rfind(":")
-        repo, tag = (repo[:colon], repo[colon + 1 :]) if colon > slash else (repo, "latest")
+    slash, colon = repo.rfind("/"), repo.rfind(":")
+    # ``repo:tag@digest`` is the digest alone (the daemon ignores the tag).
+    repo, tag = (repo[:colon], repo[colon + 1 :]) if colon > slash else (repo, "latest")
     first, _, rest = repo.partition("/")
     if rest and first in _HUB_HOSTS:
         repo = rest
