@@ -228,7 +228,9 @@ async def test_host_python_option_binds_this_interpreter(state_dir):
             user="agent",
         )
     assert inside.exit_code == 0, inside.stderr
-    assert inside.stdout == f"{sys.executable}\n1\n"
+    # PATH names the directory it was started from, resolved (a linked venv directory).
+    started = pathlib.Path(sys.executable).parent.resolve() / pathlib.Path(sys.executable).name
+    assert inside.stdout == f"{started}\n1\n"
     # Visible without the option exactly when it lives under the host's system directories.
     assert (without.exit_code == 0) == (not options["ro_binds"])
     mine = LocalSandbox(host_python=True, env={"PATH": "/bin"}, ro_binds={"/x": "/y"})

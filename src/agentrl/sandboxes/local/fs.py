@@ -60,18 +60,42 @@ def host_python_options(executable: str = sys.executable) -> dict[str, Any]:
     elsewhere (pyenv, a virtualenv under /root or /home) is bound in read-only at the same
     path and its directory put first on PATH. Third-party pytest plugin autoloading is
     turned off, because an editable install's source tree is not bound in.
+
+    The directory the interpreter was started from is resolved (``..``, linked
+    directories) once, for PATH and for its bind alike; the interpreter itself is not,
+    because a venv's python links to the base one: every link on the way to the real
+    file is made to resolve inside as it does here (``_link_binds``).
     """
     system_dirs = tuple(f"/{name}/" for name in HOST_ROOT_DIRS)
-    binds: dict[str, str] = {}
+    bin_dir = os.path.realpath(os.path.dirname(os.path.abspath(executable)))
     candidates = (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(executable)))
-    for prefix in sorted({os.path.realpath(p) for p in candidates}):
+    binds: dict[str, str] = {}
+    for prefix in sorted({*(os.path.realpath(p) for p in candidates), bin_dir}):
         # A prefix under a system directory, or under one bound already, is visible anyway.
         if not (prefix + "/").startswith((*system_dirs, *(b + "/" for b in binds))):
             binds[prefix] = prefix
-    # The directory resolved (a venv reached through a linked directory is bound at its
-    # real path), the interpreter not (a venv's python links to the base one).
-    path = f"{os.path.realpath(os.path.dirname(executable))}:{DEFAULT_PATH}"
+    started = os.path.join(bin_dir, os.path.basename(executable))
+    for dest, src in _link_binds(started):
+        if not (dest + "/").startswith((*system_dirs, *(b + "/" for b in binds))):
+            binds[dest] = src
+    path = f"{bin_dir}:{DEFAULT_PATH}"
     return {"ro_binds": binds, "env": {"PATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+
+
+def _link_binds(executable: str) -> list[tuple[str, str]]:
+    """(destination, source) binds for the directory of every link ``executable`` goes
+    through after the first, so that the chain resolves in the sandbox as on the host
+    (``links/python -> /work/app/.venv/bin/python``, with ``.venv`` itself a link)."""
+    binds: list[tuple[str, str]] = []
+    path = executable
+    for _ in range(40):  # the kernel's own limit on links followed
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        directory = os.path.dirname(path)
+        binds.append((directory, os.path.realpath(directory)))
+    return binds
 
 
 def require_bwrap(bwrap: str) -> None:
