@@ -170,3 +170,43 @@ def test_broken_plugin_is_one_line_not_a_traceback(capsys):
     err = capsys.readouterr().err
     assert err.startswith("agentrl: plugin error: sandbox 'twin' is registered twice")
     assert "'first'" in err and "'second'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("check-tasks", "{tasks}", "--sandbox", "nope"),
+            "Invalid value for '--sandbox': sandbox 'nope' is not available",
+        ),
+        (
+            ("check-tasks", "{tasks}", "--grader", "nope"),
+            "grader 'nope' is not available (plugin may not be installed); available: ",
+        ),
+        (
+            ("serve", "--engine", "nope", "--tokenizer", "{tasks}"),
+            "Invalid value for '--engine': engine 'nope' is not available",
+        ),
+    ],
+)
+def test_unknown_plugin_names_exit_2_before_anything_else(tmp_path, args, message):
+    """check-tasks and serve: an unknown plugin name is a usage error (exit 2) listing the
+    choices, reported before the tasks file (not valid JSON here) is read or the tokenizer
+    (not a directory here) is loaded."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("{not json\n")
+    result = _run(*(arg.format(tasks=tasks) for arg in args))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert "not valid JSON" not in result.stderr and "tokenizer" not in result.stderr
+
+
+def test_check_tasks_on_an_empty_file_exits_1_naming_it(tmp_path):
+    """check-tasks on an empty tasks file exits 1 saying the file holds no task, instead of
+    exit 0 with "0 tasks"."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = _run("check-tasks", str(empty))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{empty} holds no task (the file is empty or has only blank lines)" in result.stderr
+    assert "0 tasks" not in result.stderr and "Traceback" not in result.stderr

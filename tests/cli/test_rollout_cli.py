@@ -152,7 +152,8 @@ async def test_ctrl_c_stops_cleanly_and_keeps_the_run_resumable(
 
 
 async def test_rollout_command_rejects_bad_configuration(tmp_path):
-    """Missing engine URL, unknown harness, unreadable task files, a bad --prompt-mode: clear errors."""
+    """Missing engine URL, unknown harness, unreadable task files, a bad --prompt-mode: clear
+    errors, exit 2 for a bad option and 1 for a file that cannot be read."""
     task_file = example_task_file(tmp_path, "textstats-1")
     code, _, stderr = await _agentrl("rollout", str(task_file), "--tokenizer", ".", cwd=tmp_path)
     assert code == 2 and "--engine sglang needs --engine-url" in stderr
@@ -162,7 +163,7 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
     code, _, stderr = await _agentrl(
         "rollout", str(task_file), "--harness", "nope", *url, "--tokenizer", ".", cwd=tmp_path
     )
-    assert code == 1 and "harness 'nope' is not available" in stderr, stderr[-2000:]
+    assert code == 2 and "harness 'nope' is not available" in stderr, stderr[-2000:]
     assert "claude_code" in stderr and "Traceback" not in stderr
     code, _, stderr = await _agentrl(
         "rollout", str(task_file), *url, "--tokenizer", str(tmp_path), cwd=tmp_path
@@ -178,6 +179,52 @@ async def test_rollout_command_rejects_bad_configuration(tmp_path):
         "rollout", str(task_file), *url, "--prompt-mode", "spliced", cwd=tmp_path
     )
     assert code == 2 and "'--prompt-mode'" in stderr and "'splice', 'render'" in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "kind"),
+    [
+        ("--harness", "harness"),
+        ("--sandbox", "sandbox"),
+        ("--engine", "engine"),
+        ("--grader", "grader"),
+        ("--tool-parser", "tool parser"),
+        ("--reasoning-parser", "reasoning parser"),
+    ],
+)
+async def test_an_unknown_plugin_name_is_a_usage_error_reported_first(tmp_path, option, kind):
+    """An unknown plugin name is exit 2 (as --help says of a bad option) listing the
+    choices, reported before the tasks file is read and before the missing --engine-url
+    and --tokenizer: the tasks file here is not even valid JSON."""
+    bad_tasks = tmp_path / "tasks.jsonl"
+    bad_tasks.write_text("{not json\n")
+    code, _, stderr = await _agentrl("rollout", str(bad_tasks), option, "nope", cwd=tmp_path)
+    assert code == 2, stderr[-2000:]
+    assert f"Invalid value for '{option}': {kind} 'nope' is not available" in stderr, stderr
+    assert "available: " in stderr and "Traceback" not in stderr
+    assert "--engine-url" not in stderr and "tasks.jsonl" not in stderr
+
+
+async def test_an_empty_tasks_file_is_an_error_not_zero_rollouts(tmp_path):
+    """An empty tasks file (or one of blank lines) exits 1 naming the file, before the
+    engine is asked: not exit 0 with a summary of zero rollouts."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    out = tmp_path / "out"
+    code, stdout, stderr = await _agentrl(
+        "rollout",
+        str(empty),
+        "--engine-url",
+        "http://127.0.0.1:9",
+        "--tokenizer",
+        ".",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    assert f"{empty} holds no task (the file is empty or has only blank lines)" in stderr
+    assert "Traceback" not in stderr and not out.exists()
 
 
 async def test_unknown_option_keys_are_usage_errors(tmp_path, scripted_engine, qwen_tokenizer_dir):
@@ -285,3 +332,4 @@ def test_summary_prints_the_out_path_as_text(capsys):
 
     print_summary(RunSummary(), pathlib.Path("runs/[bold]eval"), evaluation=True)
     assert "outputs in runs/[bold]eval/" in capsys.readouterr().out
+

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import click
 
+from agentrl.cli.options import PluginName, json_object_option, load_task_files
 from agentrl.graders.check import (
     BROKEN,
     MISSING_IMAGE,
@@ -22,13 +23,7 @@ from agentrl.graders.check import (
     check_tasks,
     sandbox_factory_for,
 )
-from agentrl.graders.tasks import (
-    AUTO_GRADER,
-    TaskLoadError,
-    load_task_files,
-    make_grader,
-    select_grader,
-)
+from agentrl.graders.tasks import AUTO_GRADER, make_grader, select_grader
 
 __all__ = ["check_tasks_command"]
 
@@ -61,6 +56,7 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     "--protocol",
     "grader",
     default=None,
+    type=PluginName("grader", also=("auto",)),
     help="The grader, or 'auto' to choose per row (default: from the environment, else auto; "
     "--protocol is its older name).",
 )
@@ -70,7 +66,9 @@ def _print_table(results: Sequence[TaskCheck]) -> None:
     is_flag=True,
     help="Select the grader as for evaluation (AGENTRL_EVAL_GRADER).",
 )
-@click.option("--sandbox", "sandbox_name", default="local", show_default=True)
+@click.option(
+    "--sandbox", "sandbox_name", default="local", show_default=True, type=PluginName("sandbox")
+)
 @click.option(
     "--sandbox-options",
     "sandbox_options",
@@ -111,24 +109,29 @@ def check_tasks_command(
 ) -> None:
     """Grade the gold and empty patch of every task and report broken tasks.
 
-    Exits 1 when any task is broken (gold fails, empty passes, grader error, flaky) or its
-    image is missing (the ``docker`` sandbox lists its daemon's images once; nothing is
-    pulled: ``agentrl images pull`` does that). Missing images are counted among the
-    gradable tasks; a broken task's missing image is named in its reasons and counted apart.
+    \b
+    Exit status:
+      0    every task is well-formed or unchecked
+      1    a task is broken (gold fails, empty passes, grader error, flaky) or
+           its image is missing (the docker sandbox asks its daemon; nothing is
+           pulled), or a tasks file cannot be read or holds no task
+
+    Missing images are counted among the gradable tasks; a broken task's missing image is
+    named in its reasons and counted apart.
+      2    usage error: a bad option or option value (an unknown --sandbox or
+           --grader name lists the choices)
     """
     from agentrl.plugins import PluginError
 
     chosen = select_grader(grader, evaluation=evaluation, default=AUTO_GRADER)
+    options = json_object_option(sandbox_options, "--sandbox-options")
+    rows = load_task_files(task_files, grader=chosen, evaluation=evaluation)
     try:
-        options = json.loads(sandbox_options) if sandbox_options else {}
-        if not isinstance(options, dict):
-            raise ValueError("--sandbox-options must be a JSON object")
         factory = sandbox_factory_for(sandbox_name, host_python=host_python, options=options)
-        rows = load_task_files(task_files, grader=chosen)
         graders = {
             name: make_grader(name, timeout=timeout) for name in {r.task.grader for r in rows}
         }
-    except (PluginError, TaskLoadError, ValueError) as exc:
+    except (PluginError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     results = asyncio.run(check_tasks(rows, graders, factory, runs=runs, concurrency=concurrency))
     if as_json:

@@ -13,7 +13,9 @@ import click
 from agentrl import plugins
 from agentrl.cli.images import rollout_tasks
 from agentrl.cli.options import (
+    PluginName,
     json_object_option,
+    load_task_files,
     parser_options,
     prompt_mode_option,
     track_from,
@@ -120,15 +122,34 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
 
 @click.command("rollout")
 @click.argument("tasks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--harness", default="claude_code", show_default=True, help="Agent harness plugin.")
-@click.option("--sandbox", default="local", show_default=True, help="Sandbox plugin.")
+@click.option(
+    "--harness",
+    default="claude_code",
+    show_default=True,
+    type=PluginName("harness"),
+    help="Agent harness plugin.",
+)
+@click.option(
+    "--sandbox",
+    default="local",
+    show_default=True,
+    type=PluginName("sandbox"),
+    help="Sandbox plugin.",
+)
 @click.option(
     "--grader",
     default=None,
+    type=PluginName("grader", also=("auto",)),
     help="Grader plugin, or 'auto' to pick per row [default: AGENTRL_TRAIN_GRADER / "
     "AGENTRL_EVAL_GRADER, else scaleswe].",
 )
-@click.option("--engine", default="sglang", show_default=True, help="Engine plugin.")
+@click.option(
+    "--engine",
+    default="sglang",
+    show_default=True,
+    type=PluginName("engine"),
+    help="Engine plugin.",
+)
 @click.option(
     "--engine-url",
     help="The engine's server: sglang, the server or router URL; vllm, one server's URL or "
@@ -213,23 +234,21 @@ def rollout_command(**kw: Any) -> None:
       0    every rollout of this run ended normally (solved, unsolved,
            agent_error, timeout or context_overflow), or none was left to run
       1    some rollouts of this run ended in infra_error or grader_error (a
-           one-line count on stderr), the stack could not start, a task
-           cannot run in its sandbox, or a task's image is missing (listed
-           before anything starts; see --skip-missing-images)
-      2    usage error: a bad option, an unknown --sandbox-options or
-           --harness-options key
+           one-line count on stderr), a tasks file cannot be read or holds no
+           task, the stack could not start, a task cannot run in its sandbox,
+           or a task's image is missing (listed before anything starts; see
+           --skip-missing-images)
+      2    usage error: a bad option or option value (an unknown --harness,
+           --sandbox, --engine, --grader or parser name lists the choices),
+           an unknown --sandbox-options or --harness-options key
       130  interrupted (Ctrl-C); re-run the same command to resume
     """
-    from agentrl.graders.tasks import TaskLoadError, load_task_files, select_grader
+    from agentrl.graders.tasks import select_grader
 
     evaluation = kw["evaluation"]
     grader = kw["grader"] or select_grader(None, evaluation=evaluation)
-    try:
-        tasks = [
-            row.task for row in load_task_files(kw["tasks"], grader=grader, evaluation=evaluation)
-        ]
-    except (TaskLoadError, LookupError) as exc:
-        raise click.ClickException(str(exc)) from None
+    rows = load_task_files(kw["tasks"], grader=grader, evaluation=evaluation)
+    tasks = [row.task for row in rows]
     tasks = _select_tasks(tasks, kw["instances"], kw["limit"])
     track = track_from(kw, default_directory=kw["out"])
     cli_dir = kw["cli_dir"]

@@ -27,6 +27,7 @@ import click
 
 from agentrl.adapters.shard_handle import WorkerDiedError
 from agentrl.cli.options import (
+    PluginName,
     json_object_option,
     parser_options,
     prompt_mode_option,
@@ -247,6 +248,7 @@ def new_middleware(
     "engine_name",
     default="sglang",
     show_default=True,
+    type=PluginName("engine"),
     help="Engine plugin name (see `agentrl plugins`).",
 )
 @click.option(
