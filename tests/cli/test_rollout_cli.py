@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -227,6 +228,24 @@ async def test_an_empty_tasks_file_is_an_error_not_zero_rollouts(tmp_path):
     assert "Traceback" not in stderr and not out.exists()
 
 
+async def test_an_engine_that_does_not_answer_fails_before_any_rollout(
+    tmp_path, qwen_tokenizer_dir
+):
+    """--engine-url where nothing listens: exit 1 at once with the URL and the connection
+    error, no sandbox booted and no rollout written, where every rollout used to boot its
+    sandbox and CLI and end minutes later as an infra_error."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    out = tmp_path / "out"
+    args = _args(example_task_file(tmp_path), out, url, qwen_tokenizer_dir, "claude_code")
+    code, _, stderr = await _agentrl(*args, cwd=tmp_path)
+    assert code == 1, stderr[-3000:]
+    assert f"the sglang engine at {url} does not answer" in stderr, stderr[-3000:]
+    assert "unreachable" in stderr and "No rollout was started" in stderr
+    assert "Traceback" not in stderr and not (out / "rollouts.jsonl").exists()
+
+
 async def test_unknown_option_keys_are_usage_errors(tmp_path, scripted_engine, qwen_tokenizer_dir):
     """A misspelt --sandbox-options / --harness-options key: exit 2 listing the keys, no rollout."""
     task_file = example_task_file(tmp_path, "textstats-1")
@@ -332,4 +351,3 @@ def test_summary_prints_the_out_path_as_text(capsys):
 
     print_summary(RunSummary(), pathlib.Path("runs/[bold]eval"), evaluation=True)
     assert "outputs in runs/[bold]eval/" in capsys.readouterr().out
-

@@ -235,9 +235,9 @@ def rollout_command(**kw: Any) -> None:
            agent_error, timeout or context_overflow), or none was left to run
       1    some rollouts of this run ended in infra_error or grader_error (a
            one-line count on stderr), a tasks file cannot be read or holds no
-           task, the stack could not start, a task cannot run in its sandbox,
-           or a task's image is missing (listed before anything starts; see
-           --skip-missing-images)
+           task, the engine does not answer, the stack could not start, a task
+           cannot run in its sandbox, or a task's image is missing (listed
+           before anything starts; see --skip-missing-images)
       2    usage error: a bad option or option value (an unknown --harness,
            --sandbox, --engine, --grader or parser name lists the choices),
            an unknown --sandbox-options or --harness-options key
@@ -345,17 +345,20 @@ def run_stack(
     """Build the stack and run every job not yet done in ``out``, for a CLI command.
 
     A stack that cannot start (unknown plugin, unreadable tokenizer, missing agent CLI,
-    impossible options) or a task that cannot run in its sandbox (``Stack.check_tasks``)
+    impossible options), an engine that does not answer its health check, or a task that cannot run in its sandbox (``Stack.check_tasks``)
     becomes a one-line error before the first rollout; Ctrl-C exits 130 once rollouts
     have cleaned up. ``keep_failed``: see ``Runner``. ``ray_address``: run on that Ray
     cluster's nodes instead (``agentrl.rollout.cluster``), ``concurrency_per_node`` at once
     on each (default ``concurrency``).
     """
     from agentrl.harnesses.errors import HarnessError
+    from agentrl.rollout.engine_check import check_engine_answers
 
     async def run() -> RunSummary:
         if ray_address is not None:
             from agentrl.rollout.cluster import run_on_cluster
+
+            await check_engine_answers(options)
 
             return await run_on_cluster(
                 options,
@@ -369,6 +372,7 @@ def run_stack(
                 run_jobs=run_with_progress,
             )
         async with Stack(options) as stack:
+            await check_engine_answers(options, stack.engine)
             runner = Runner(
                 stack.rollout,
                 out,
