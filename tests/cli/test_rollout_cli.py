@@ -351,3 +351,30 @@ def test_summary_prints_the_out_path_as_text(capsys):
 
     print_summary(RunSummary(), pathlib.Path("runs/[bold]eval"), evaluation=True)
     assert "outputs in runs/[bold]eval/" in capsys.readouterr().out
+
+
+def _documented_rollout_files() -> list[str]:
+    """The per-rollout file names of docs/rollouts.md's "Output files" table, as written."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "rollouts.md").read_text()
+    table = docs.split("### Output files", 1)[1].split("\n\n", 2)[1]
+    return re.findall(r"^\| `([a-z_]+/[^`]+)` \| rollout \|", table, flags=re.MULTILINE)
+
+
+async def test_the_documented_output_file_names_are_the_files_written(tmp_path):
+    """docs/rollouts.md names each rollout's agent log, diff and session file: after a run,
+    each name (INSTANCE, k filled in) is a file the runner wrote, so the table cannot drift
+    from the runner (it once said ``KEY.log``, ``textstats-1#0.log``, where the file is
+    ``textstats-1__0.log``)."""
+
+    async def rollout(task, index):
+        return FakeResult(task.instance_id, Outcome.SOLVED, 1.0, (FakeSample(),))
+
+    out = tmp_path / "out"
+    runner = Runner(rollout, out)
+    await runner.run(runner.plan(_tasks(1), 2))
+    documented = _documented_rollout_files()
+    assert len(documented) >= 3, documented
+    for name in documented:
+        for k in (0, 1):
+            path = out / name.replace("INSTANCE", "task-0").replace("__k", f"__{k}")
+            assert path.is_file(), (name, sorted(p.name for p in path.parent.iterdir()))
