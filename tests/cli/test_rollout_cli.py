@@ -293,7 +293,7 @@ async def test_failed_rollouts_exit_1_and_run_again_on_resume(
 
     code, _, stderr = await _agentrl(*args, *broken, cwd=tmp_path)
     assert code == 1, stderr[-3000:]
-    assert "1 of 1 rollouts ended in infra_error/grader_error (1 infra_error)" in stderr
+    assert "1 rollout of 1 ended in infra_error/grader_error (1 infra_error)" in stderr
     assert f"{out / 'rollouts.jsonl'}" in stderr and "Traceback" not in stderr
     (failed,) = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert failed["outcome"] == "infra_error" and failed["attempt"] == 1

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import click
 
 from agentrl.cli.options import PluginName, json_object_option, load_task_files
+from agentrl.cli.wording import count
 from agentrl.graders.check import (
     BROKEN,
     MISSING_IMAGE,
@@ -156,8 +157,8 @@ def check_tasks_command(
     broken_missing = sum(1 for r in broken if r.image_missing)
     also = f" (and {broken_missing} of the broken tasks' images)" if broken_missing else ""
     click.echo(
-        f"{len(results)} tasks ({chosen}): {fine} well-formed or unchecked, {len(broken)} "
-        f"broken, {len(missing)} gradable with a missing image{also}",
+        f"{count(len(results), 'task')} ({chosen}): {fine} well-formed or unchecked, "
+        f"{len(broken)} broken, {len(missing)} gradable with a missing image{also}",
         err=True,
     )
     if missing or broken_missing:

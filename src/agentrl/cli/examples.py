@@ -15,6 +15,7 @@ import shutil
 import click
 
 from agentrl.cli.demo import DemoError, example_tasks_dir
+from agentrl.cli.wording import count
 
 __all__ = ["copy_examples", "example_files", "examples_command"]
 
@@ -99,7 +100,7 @@ def examples_command(copy_to: str | None, force: bool) -> None:
     if copy_to is not None:
         where = pathlib.Path(copy_to)
         written = copy_examples(source, where, force=force)
-        click.echo(f"copied {len(written)} files into {where}/")
+        click.echo(f"copied {count(len(written), 'file')} into {where}/")
     task_files = sorted(where.glob("*.jsonl"))
     click.echo(f"example tasks in {where.resolve()}/:")
     table = Table()

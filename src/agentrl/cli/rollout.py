@@ -22,6 +22,7 @@ from agentrl.cli.options import (
     track_options,
     workers_option,
 )
+from agentrl.cli.wording import count
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
@@ -82,8 +83,8 @@ def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: boo
     table.add_row("solved", str(data["solved"]))
     table.add_row("solve rate (graded rollouts)", fmt(data["solve_rate"], ".1%"))
     table.add_row("mean reward", fmt(data["mean_reward"], ".3f"))
-    for outcome, count in data["outcomes"].items():
-        table.add_row(f"outcome: {outcome}", str(count))
+    for outcome, number in data["outcomes"].items():
+        table.add_row(f"outcome: {outcome}", str(number))
     table.add_row("turns per rollout", fmt(data["mean_turns"], ".1f"))
     table.add_row("sampled tokens per rollout", fmt(data["mean_sampled_tokens"], ".0f"))
     for phase, seconds in data["mean_seconds_per_phase"].items():
@@ -310,7 +311,7 @@ def rollout_command(**kw: Any) -> None:
     if failed:
         counts = ", ".join(f"{n} {o}" for o, n in failed.items())
         click.echo(
-            f"{sum(failed.values())} of {summary.done} rollouts ended in "
+            f"{count(sum(failed.values()), 'rollout')} of {summary.done} ended in "
             f"infra_error/grader_error ({counts}); see the error field in "
             f"{out / 'rollouts.jsonl'}; re-run the same command to retry them",
             err=True,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentrl.adapters.shard_handle import WorkerDiedError
+from agentrl.cli import wording
 from agentrl.cli.options import (
     PluginName,
     json_object_option,
@@ -207,7 +208,7 @@ async def run_server(
         await middleware.close()
         with contextlib.suppress(Exception):
             await engine.aclose()
-        announce(f"wrote {count} samples to {output}")
+        announce(f"wrote {wording.count(count, 'sample')} to {output}")
     return count
 
 

@@ -7,6 +7,8 @@ import pathlib
 
 import click
 
+from agentrl.cli.wording import count
+
 __all__ = ["view_command"]
 
 
@@ -50,7 +52,7 @@ def view_command(
     if html is not None:
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(export_html(*sources), encoding="utf-8")
-        click.echo(f"wrote {html} ({len(sources[0].rows)} rollouts)")
+        click.echo(f"wrote {html} ({count(len(sources[0].rows), 'rollout')})")
         return
     try:
         asyncio.run(_serve(sources, host, port, " and ".join(str(p) for p in (path, other) if p)))
