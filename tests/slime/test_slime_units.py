@@ -604,12 +604,58 @@ def test_generate_never_mutates_sampling_params(monkeypatch):
     assert params == {"temperature": 1.0, "stop": ["</s>"], "max_new_tokens": 100}
 
 
-def test_public_address_auto_resolves_this_node():
-    """'auto' becomes the local address of the route to the router; anything else is kept."""
+#: Prints ``public_address("auto", …)`` for a router on loopback and one elsewhere,
+#: importing Ray first when asked, with Ray's own idea of this node's address and the local
+#: end of the route to the remote router.
+_AUTO_ADDRESS = """
+import json, socket, sys
+if sys.argv[1] == "ray":
+    import ray
+from agentrl.slime.service import public_address
+ray = sys.modules.get("ray")
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    probe.connect(("192.0.2.1", 9))  # a TEST-NET address: nothing is sent
+    towards_router = probe.getsockname()[0]
+print(json.dumps({
+    "auto": public_address("auto", "http://127.0.0.1:30000"),
+    "ray": ray.util.get_node_ip_address() if ray else None,
+    "remote": public_address("auto", "http://192.0.2.1:30000"),
+    "towards_router": towards_router,
+}))
+"""
+
+
+def _auto_address(first: str) -> dict:
+    """``_AUTO_ADDRESS`` in a fresh interpreter (so nothing this process imported counts)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _AUTO_ADDRESS, first],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_public_address_auto_is_this_nodes_address_whether_or_not_ray_was_imported():
+    """'auto' with a router on loopback is this node's address, the one Ray gives for it,
+    the same in a process that imported Ray first and in one that never did (it used to be
+    127.0.0.1 without Ray, which no sandbox can dial, and the node's address with it).
+    A router elsewhere gives the local end of the route to it; anything but 'auto' is kept
+    as given."""
     from agentrl.slime.service import public_address
 
     assert public_address("10.0.0.9", "http://127.0.0.1:1") == "10.0.0.9"
-    assert public_address("auto", "http://127.0.0.1:30000") == "127.0.0.1"
+    without_ray, with_ray = _auto_address("plain"), _auto_address("ray")
+    assert without_ray["ray"] is None
+    assert without_ray["auto"] == with_ray["auto"] == with_ray["ray"], (without_ray, with_ray)
+    for run in (without_ray, with_ray):
+        assert run["remote"] == run["towards_router"], run
 
 
 def test_env_vars_are_documented():

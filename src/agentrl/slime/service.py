@@ -137,22 +137,47 @@ def public_address(configured: str, sglang_url: str) -> str:
 
     ``auto`` suits clusters where sandboxes can route to every node: slime's rollout
     manager may be placed on any node, so its address is only known at run time. It is
-    Ray's node address when Ray is loaded, else the local address of the route to the
-    SGLang router.
+    Ray's node address when this process runs under Ray, else the local end of the route
+    to the SGLang router. A router on this machine (a loopback URL) says nothing about the
+    network, so then it is the local end of the route out of this machine, as Ray finds a
+    node's address: never ``127.0.0.1`` (sandboxes cannot dial it) unless the machine has
+    no other address. The answer does not depend on whether Ray was merely imported.
     """
     if configured != "auto":
         return configured
     ray = sys.modules.get("ray")
     if ray is not None:
         with contextlib.suppress(Exception):
-            address = ray.util.get_node_ip_address()
-            if address:
-                return str(address)
-    host = urllib.parse.urlsplit(sglang_url).hostname or "8.8.8.8"
+            if ray.is_initialized():
+                address = ray.util.get_node_ip_address()
+                if address:
+                    return str(address)
+    host = urllib.parse.urlsplit(sglang_url).hostname or ""
+    if not host or _is_loopback(host):
+        host = "8.8.8.8"  # any outside address: the route out of this machine
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, 9))  # UDP: nothing is sent, the kernel only picks a route
-        return str(probe.getsockname()[0])
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # UDP: nothing is sent, the kernel only picks a route
+            return str(probe.getsockname()[0])
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        return socket.gethostbyname(socket.getfqdn(socket.gethostname()))
+    logger.warning("AGENTRL_PUBLIC_HOST=auto: this machine has no route out; using 127.0.0.1")
+    return "127.0.0.1"
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Service:
