@@ -208,7 +208,7 @@ def test_check_tasks_on_an_empty_file_exits_1_naming_it(tmp_path):
     empty.write_text("")
     result = _run("check-tasks", str(empty))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"{empty} holds no task (the file is empty or has only blank lines)" in result.stderr
+    assert f"no tasks in {empty}" in result.stderr
     assert "0 tasks" not in result.stderr and "Traceback" not in result.stderr
 
 

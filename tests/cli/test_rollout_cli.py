@@ -224,7 +224,7 @@ async def test_an_empty_tasks_file_is_an_error_not_zero_rollouts(tmp_path):
         cwd=tmp_path,
     )
     assert code == 1, stdout[-2000:] + stderr[-2000:]
-    assert f"{empty} holds no task (the file is empty or has only blank lines)" in stderr
+    assert f"no tasks in {empty}" in stderr
     assert "Traceback" not in stderr and not out.exists()
 
 
