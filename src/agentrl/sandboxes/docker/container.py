@@ -5,14 +5,18 @@ reached through its *directory*, bound read-only at ``/run/agentrl/services/<por
 bound socket file would go stale when the server recreates the socket), and relayed to
 ``127.0.0.1:<port>`` by the main process (``python3``, else ``socat``, from the image).
 The root is read-only where asked; the workspace is an anonymous volume (seeded by the
-daemon from the image's own ``workdir``), ``/tmp``, ``/run`` and the homes are tmpfs.
+daemon from the image's own ``workdir``), or, with a size limit, a tmpfs of that size
+(seeded by the sandbox after the start: ``seed_archive``); ``/tmp``, ``/run`` and the
+homes are tmpfs.
 ``Init`` runs docker's init as pid 1, so a stop is instant and zombies are reaped.
 """
 
 from __future__ import annotations
 
+import io
 import pathlib
 import shlex
+import tarfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +29,7 @@ __all__ = [
     "SERVICES_DIR",
     "create_config",
     "main_script",
+    "seed_archive",
 ]
 
 SERVICES_DIR = "/run/agentrl/services"
@@ -146,6 +151,14 @@ def create_config(
         "Binds": binds,
         "LogConfig": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}},
     }
+    volumes: dict[str, Any] = {options.workdir: {}}
+    workspace_mb = options.workspace_limit_mb
+    if workspace_mb is not None:
+        # No quota on the daemon's disk (overlay2 needs xfs with pquota for one): a tmpfs.
+        host_config["Tmpfs"][options.workdir] = (
+            f"rw,exec,nosuid,nodev,size={workspace_mb}m,mode=755"
+        )
+        volumes = {}
     if options.memory_mb is not None:
         host_config["Memory"] = options.memory_mb << 20
         host_config["MemorySwap"] = options.memory_mb << 20
@@ -162,6 +175,29 @@ def create_config(
         "Env": [f"{key}={value}" for key, value in options.env.items()],
         "Labels": labels,
         "NetworkDisabled": True,
-        "Volumes": {options.workdir: {}},
+        "Volumes": volumes,
         "HostConfig": host_config,
     }
+
+
+def seed_archive(image_content: tarfile.TarFile | None, repo: bytes | None) -> bytes:
+    """One plain tarball of what a size-limited workspace starts with: ``image_content``
+    (the image's ``workdir`` as the daemon archives it, under the directory's own name,
+    which is stripped) and then the task's ``repo`` (a tarball, compressed or not)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as out:
+        if image_content is not None:
+            for member in image_content.getmembers():
+                _, sep, rest = member.name.partition("/")
+                if not sep or not rest:
+                    continue  # the workspace directory itself: the tmpfs is its own root
+                data = image_content.extractfile(member) if member.isfile() else None
+                member.name = rest
+                if member.islnk():
+                    member.linkname = member.linkname.partition("/")[2]
+                out.addfile(member, data)
+        if repo:
+            with tarfile.open(fileobj=io.BytesIO(repo), mode="r:*") as source:
+                for member in source.getmembers():
+                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
+    return buffer.getvalue()

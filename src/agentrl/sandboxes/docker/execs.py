@@ -1,10 +1,17 @@
 """One command in a container: a Docker exec, its output capped while it streams.
 
-The command runs under ``setsid`` so it leads its own process group; its first line of
-stdout is that group's id (written by the wrapper before the command starts), so a
-timeout or a cancel kills the whole group with a second exec. Output is kept as a head
-and a rolling tail (``Capped``): however much a command prints, the host holds at most
-the cap. What the container sends is only ever bytes to cap and decode.
+The exec's own process is a small ``sh`` wrapper that outlives the command: it starts
+the command under ``setsid`` (so the command leads its own process group; its first line
+of stdout is that group's id, for the host's fallback kill), waits for it and then kills
+whatever of the group is left, so nothing the command started in the background outlives
+its exec. A watcher the wrapper forks before the command starts reads the exec's stdin:
+a line asks it to TERM the group, end of input to KILL it. That is how a timeout or a
+cancel ends the command (and a host that went away: its connection closing ends the
+input), with ``kill`` alone, a shell builtin, so a command that exhausted the container's
+``pids`` limit (a fork bomb: no new process, not even a new exec, can start) is still
+killed, and the next exec runs. Output is kept as a head and a rolling tail
+(``Capped``): however much a command prints, the host holds at most the cap. What the
+container sends is only ever bytes to cap and decode.
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -24,12 +30,23 @@ __all__ = ["Capped", "kill_group", "run_command", "stdin_command"]
 
 logger = logging.getLogger(__name__)
 
-#: Runs ``$1`` in a new session, printing the session's (= process group's) id first.
+#: Runs ``$1`` in a new session (``$0`` is ``_INNER``) and kills what is left of that
+#: session's group when it ends, or when stdin says so (a line: TERM; its end: KILL).
+#: The watcher is forked before the command runs: killing needs no new process.
 _WRAPPER = (
-    'if command -v setsid >/dev/null 2>&1; then exec setsid -w sh -c "$0" "$1"; fi; '
-    'exec sh -c "$0" "$1"'
+    'if command -v setsid >/dev/null 2>&1; then setsid sh -c "$0" "$1" </dev/null & '
+    'else sh -c "$0" "$1" </dev/null & fi\n'
+    "g=$!; exec 3<&0\n"
+    '(read -r _ <&3 && kill -TERM -"$g"; read -r _ <&3; '
+    'kill -KILL -"$g" || kill -KILL "$g") >/dev/null 2>&1 &\n'
+    "w=$!; exec 3<&-\n"
+    'wait "$g"; rc=$?\n'
+    'kill -KILL -"$g" 2>/dev/null; kill -KILL "$w" 2>/dev/null; exit "$rc"'
 )
 _INNER = 'echo "$$"; s=sh; command -v bash >/dev/null 2>&1 && s=bash; exec "$s" -c "$0"'
+#: Seconds a command has to end after its TERM, then after its KILL, before the host
+#: falls back to a kill exec of its own.
+_GRACE = 1.0
 _EXIT_POLLS = 50
 
 
@@ -173,31 +190,32 @@ async def run_command(
     workdir: str | None,
     timeout: float,
     limit: int,
+    timeout_code: int = EXIT_EXEC_TIMEOUT,
 ) -> ExecResult:
-    """Run ``cmd`` and wait for it under ``timeout``; a timeout or cancel kills its group."""
-    execution = await _create(container, _argv(cmd), user=user, env=env, workdir=workdir)
+    """Run ``cmd`` and wait for it under ``timeout``; at its end its whole process group is
+    killed, and a timeout (exit ``timeout_code``) or a cancel kills it first."""
+    execution = await _create(
+        container, _argv(cmd), user=user, env=env, workdir=workdir, stdin=True
+    )
     collector = _Collector(limit)
+    opened: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     async def pump() -> None:
         async with execution.start(detach=False) as stream:
+            opened.set_result(stream)
             async for message in _messages(stream):
                 collector.feed(message)
 
     task = asyncio.ensure_future(pump())
-    deadline = time.monotonic() + timeout
     try:
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout))
     except asyncio.CancelledError:
-        task.cancel()
-        await asyncio.shield(kill_group(container, collector.pgid))
+        await asyncio.shield(_stop(container, task, opened, collector))
         raise
     if not done:
-        await kill_group(container, collector.pgid)
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        await _stop(container, task, opened, collector)
         return ExecResult(
-            exit_code=EXIT_EXEC_TIMEOUT,
+            exit_code=timeout_code,
             stdout=collector.stdout.text(),
             stderr=collector.stderr.text() + f"\n[agentrl: timed out after {timeout:g}s]\n",
         )
@@ -209,6 +227,36 @@ async def run_command(
         stdout=collector.stdout.text(),
         stderr=collector.stderr.text(),
     )
+
+
+async def _stop(
+    container: Any, task: asyncio.Future[None], opened: asyncio.Future[Any], collector: _Collector
+) -> None:
+    """End a running command: TERM its group through the wrapper's watcher, KILL it after
+    ``_GRACE``; a kill exec of the host's own only if the wrapper did not end. Never raises."""
+    stream = opened.result() if opened.done() and not opened.cancelled() else None
+    if stream is not None:
+        for step in (_ask_term, _write_eof):
+            with contextlib.suppress(Exception):
+                step(stream)
+            with contextlib.suppress(Exception):
+                await asyncio.wait({task}, timeout=_GRACE)
+            if task.done():
+                break
+    if not task.done():
+        logger.warning("a docker exec did not end when told; killing its group with a new exec")
+        await kill_group(container, collector.pgid)
+        task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+
+
+def _ask_term(stream: Any) -> None:
+    """One line on the exec's stdin: the wrapper's watcher TERMs the command's group."""
+    response = getattr(stream, "_resp", None)
+    transport = response.connection.transport if response and response.connection else None
+    if transport is not None:
+        transport.write(b"term\n")
 
 
 async def stdin_command(

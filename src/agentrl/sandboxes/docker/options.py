@@ -57,6 +57,10 @@ class DockerOptions:
     ``workdir`` at start. ``services``: ``{port: unix_socket_path}``; each socket's
     *directory* is bound in read-only and relayed to ``127.0.0.1:port`` inside.
     ``memory_mb`` / ``pids`` / ``cpus``: the container's limits (None: unlimited).
+    ``workspace_size_mb``: the workspace's size limit (default ``AGENTRL_DOCKER_WORKSPACE_MB``,
+    else none): the workspace is then a tmpfs of that size, counted in ``memory_mb``, seeded
+    with what the image ships there and the task's repository; a write past it fails with
+    ENOSPC (without it, the workspace is a volume on the daemon's disk, unlimited).
     ``read_only_root``: mount the image read-only (the workspace, ``/tmp``, ``/run`` and
     the homes stay writable); turn it off for an image whose tests write elsewhere.
     ``ro_binds``: ``{host_path: container_path}`` bound read-only (host CLIs, node).
@@ -79,6 +83,7 @@ class DockerOptions:
     cpus: float | None = attrs.field(default=None, validator=_positive_or_none)
     tmp_size_mb: int = attrs.field(default=1024, validator=_positive)
     home_size_mb: int = attrs.field(default=1024, validator=_positive)
+    workspace_size_mb: int | None = attrs.field(default=None, validator=_positive_or_none)
     agent_uid: int = 1000
     read_only_root: bool = True
     max_output_bytes: int | None = None
@@ -108,6 +113,13 @@ class DockerOptions:
         if self.docker_host:
             return self.docker_host
         return settings.get("AGENTRL_DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+    @property
+    def workspace_limit_mb(self) -> int | None:
+        """The workspace's size limit in MiB: the option, else the environment, else none."""
+        if self.workspace_size_mb is not None:
+            return self.workspace_size_mb
+        return settings.get("AGENTRL_DOCKER_WORKSPACE_MB")
 
     def candidates(self) -> tuple[str, ...]:
         """The images to try, in order, without repeats: ``images``, then ``image``; or, for

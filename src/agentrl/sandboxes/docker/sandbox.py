@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from agentrl.sandboxes.base import (
+    EXIT_TIME_BUDGET_EXCEEDED,
     READ_FILE_MAX_BYTES,
     ExecRequest,
     Sandbox,
@@ -39,7 +40,12 @@ from agentrl.sandboxes.docker.client import (
     image_present,
     sandbox_error,
 )
-from agentrl.sandboxes.docker.container import AGENT_HOME, READY_LINE, create_config
+from agentrl.sandboxes.docker.container import (
+    AGENT_HOME,
+    READY_LINE,
+    create_config,
+    seed_archive,
+)
 from agentrl.sandboxes.docker.options import DockerOptions
 from agentrl.sandboxes.images import ImageReport
 from agentrl.types import ExecResult, Task
@@ -203,10 +209,16 @@ class DockerSandbox(Sandbox):
             self.container_id = self._container.id
         except DockerError as exc:
             raise sandbox_error(exc, f"create of a container of {self.image}") from exc
-        if self.options.repo:
+        seed: bytes | None = None
+        if self.options.workspace_limit_mb is not None:
+            # A tmpfs hides what the image ships there until the start: read it now.
+            seed = await self._seed_of_workspace()
+        elif self.options.repo:
             # Into the workspace volume before the start: the main process then owns it over.
             await self._copy_repo(pathlib.Path(self.options.repo))
         await self._start_until_ready()
+        if seed is not None:
+            await self._seed_workspace(seed)
 
     async def _start_until_ready(self) -> None:
         """Start the container attached to its main process, and read that process's output
@@ -243,6 +255,35 @@ class DockerSandbox(Sandbox):
             await self._container.put_archive(self.workdir, data)
         except Exception as exc:
             raise sandbox_error(exc, f"copy of {repo} into {self.workdir}") from exc
+
+    async def _seed_of_workspace(self) -> bytes:
+        """What a size-limited workspace starts with: the image's ``workdir`` (read from
+        the created container) and the task's repository, as one plain tarball."""
+        from aiodocker.exceptions import DockerError
+
+        try:
+            shipped = await self._container.get_archive(self.workdir)
+        except DockerError as exc:
+            if exc.status != 404:
+                raise sandbox_error(exc, f"read of the image's {self.workdir}") from exc
+            shipped = None  # the image ships no workspace
+        repo = self.options.repo
+        data = await asyncio.to_thread(_tar_of, pathlib.Path(repo)) if repo else None
+        return await asyncio.to_thread(seed_archive, shipped, data)
+
+    async def _seed_workspace(self, seed: bytes) -> None:
+        """Unpack ``seed`` into the tmpfs workspace and give it to the agent."""
+        w, uid = shlex.quote(self.workdir), self.agent_uid
+        argv = ["sh", "-c", f"tar -xf - -C {w} && chown -R {uid}:{uid} {w}"]
+        code, _, err = await execs.stdin_command(
+            self._container, argv, _bytes_chunks(seed), user="0:0", limit=4096, timeout=600
+        )
+        if code != 0:
+            raise SandboxError(
+                f"could not fill the workspace {self.workdir} ({len(seed)} bytes of tar, "
+                f"limit {self.options.workspace_limit_mb} MiB): {err.text().strip()}; raise "
+                "workspace_size_mb (AGENTRL_DOCKER_WORKSPACE_MB) or use an image with tar"
+            )
 
     async def _logs(self) -> str:
         with contextlib.suppress(Exception):
@@ -319,6 +360,28 @@ class DockerSandbox(Sandbox):
             timeout=request.timeout,
             limit=self.max_output,
         )
+
+    async def run_long(
+        self, request: ExecRequest, *, want_output: bool, max_output: int
+    ) -> ExecResult:
+        """A long command is one exec here, as any other: the daemon's stream does not
+        break under it, and its wrapper kills the command's whole group at its end, at the
+        budget and on a cancel, even where the command left no room for a new process."""
+        container = self._check_alive()
+        user, user_env = self._user(request.user)
+        result = await execs.run_command(
+            container,
+            request.cmd,
+            user=user,
+            env={**user_env, **self.env, **(request.env or {})},
+            workdir=request.workdir or self.workdir,
+            timeout=request.timeout,
+            limit=min(max_output, self.max_output),
+            timeout_code=EXIT_TIME_BUDGET_EXCEEDED,
+        )
+        if want_output:
+            return result
+        return ExecResult(exit_code=result.exit_code, stdout="", stderr="")
 
     # -- files -----------------------------------------------------------------------------
     async def write_file(
