@@ -80,6 +80,7 @@ def print_summary(summary: RunSummary, out_dir: pathlib.Path, *, evaluation: boo
     table.add_row("rollouts this run", str(data["rollouts"]))
     table.add_row("already done (resumed)", str(data["skipped_already_done"]))
     table.add_row("retried (infra/grader error before)", str(data["retried"]))
+    table.add_row("rescheduled (node or actor lost)", str(data["rescheduled"]))
     table.add_row("solved", str(data["solved"]))
     table.add_row("solve rate (graded rollouts)", fmt(data["solve_rate"], ".1%"))
     table.add_row("mean reward", fmt(data["mean_reward"], ".3f"))

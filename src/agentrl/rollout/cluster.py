@@ -20,6 +20,12 @@ the result then says ``rescheduled``. A rollout lost twice raises, and the runne
 it as an ``infra_error``: never twice. Leaving (also on Ctrl-C) cancels what is in flight,
 closes every node's stack (sandboxes swept, sessions dropped) and kills the actors.
 
+Leaks: each actor says on start how its sandboxes are removed from elsewhere (its
+``sweep`` keywords: for ``docker``, its daemon and the labels of its run and process).
+When a node is gone, or its actor comes back as a new process, the driver removes the
+lost actor's sandboxes at once through the backend's ``sweep`` (a ``docker`` daemon on
+another host's unix socket is out of reach: that host's next start removes them).
+
 ``ray`` is imported only here, when a cluster is entered (the ``agentrl[ray]`` extra).
 """
 
@@ -35,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from agentrl import plugins
 from agentrl.extras import install_hint
 from agentrl.rollout.ray_node import NodeResult, NodeRollouts
 from agentrl.rollout.runner import RolloutJob, Runner, RunSummary
@@ -71,6 +78,8 @@ class _Node:
     alive: bool = True
     #: While its actor restarts after a lost dispatch: nothing is sent there.
     recovering: asyncio.Future[None] | None = None
+    #: The sandbox backend's ``sweep`` keywords that remove its actor's sandboxes.
+    sweep: dict[str, Any] | None = None
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -119,6 +128,7 @@ class RayCluster:
         self._tokenizer: Any = None
         self._free: asyncio.Condition | None = None
         self._in_flight: set[Any] = set()
+        self._sweeps: set[asyncio.Task[None]] = set()
         self._run_id = uuid.uuid4().hex[:8]
 
     @property
@@ -179,6 +189,7 @@ class RayCluster:
         for node, info in zip(self.nodes, started, strict=True):
             if "error" in info:
                 raise StackError(f"node {node.ip} ({node.node_id[:12]}): {info['error']}")
+            node.sweep = info.get("sweep")
         logger.info(
             "ray: %d nodes, %d rollout slots: %s",
             len(self.nodes),
@@ -223,6 +234,8 @@ class RayCluster:
                     logger.debug("a node's stack did not close cleanly: %s", future.exception())
         for actor in actors:
             ray.kill(actor, no_restart=True)
+        if self._sweeps:
+            await asyncio.wait(set(self._sweeps), timeout=CLOSE_TIMEOUT)
         for node in self.nodes:
             node.actor = None
         if self._connected:
@@ -343,13 +356,20 @@ class RayCluster:
         try:
             while asyncio.get_running_loop().time() < deadline:
                 try:
-                    await node.actor.where.remote()
+                    info = await node.actor.start.remote()
                 except exceptions.ActorUnavailableError:
                     await asyncio.sleep(0.5)  # restarting
                 except (exceptions.RayActorError, exceptions.ActorUnschedulableError):
                     break  # dead for good: past its restarts, or its node is gone
                 else:
+                    if "error" in info:
+                        logger.warning("node %s: its actor is back but: %s", node.ip, info["error"])
+                        break
                     logger.warning("node %s: its actor is back", node.ip)
+                    if info.get("sweep") != node.sweep:
+                        # A new process: the old one's sandboxes are nobody's now.
+                        self._sweep_lost(node, "its actor died")
+                        node.sweep = info.get("sweep")
                     return
             await self._retire(node)
         finally:
@@ -363,10 +383,35 @@ class RayCluster:
             logger.warning(
                 "node %s (%s) is gone: its rollouts go elsewhere", node.ip, node.node_id[:12]
             )
+            self._sweep_lost(node, "it is gone")
         assert self._free is not None
         async with self._free:
             node.alive = False
             self._free.notify_all()
+
+    def _sweep_lost(self, node: _Node, why: str) -> None:
+        """Remove, in the background, the sandboxes ``node``'s lost actor left."""
+        keywords, node.sweep = node.sweep, None
+        if keywords is None:
+            return
+        task = asyncio.ensure_future(self._sweep(node, keywords, why))
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _sweep(self, node: _Node, keywords: dict[str, Any], why: str) -> None:
+        try:
+            sweep = plugins.get_sandbox(self.options.sandbox).sweep
+            removed = await sweep(**keywords)
+        except Exception:
+            logger.exception("node %s: the sweep of its sandboxes failed", node.ip)
+            return
+        logger.warning(
+            "node %s (%s): %s; removed %d sandbox(es) it left",
+            node.ip,
+            node.node_id[:12],
+            why,
+            len(removed),
+        )
 
 
 class _Lost(Exception):

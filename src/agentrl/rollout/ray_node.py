@@ -8,6 +8,12 @@ back to the driver is a :class:`NodeResult`: the rollout's full result (record, 
 diff and agent log) and where it ran. The actor writes no file: the driver is the only
 writer of the output directory.
 
+Leaks: when its stack is up, the actor first has the sandbox backend remove the
+sandboxes a dead process of this host left (``sweep_orphans``: a node that starts again
+after dying), then tells the driver how to remove its own (``sweep_keywords``: for
+``docker``, the daemon's address and the labels of this run and process), so a driver
+that loses this node or actor removes them at once.
+
 Nothing here imports ``ray``: the driver wraps the class with ``ray.remote``, so this
 module loads on a machine without Ray.
 """
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agentrl import plugins
 from agentrl.rollout.stack import Stack, StackError, StackOptions
 from agentrl.types import Outcome, Task, TurnFact
 
@@ -100,6 +107,8 @@ class NodeRollouts:
         self._starting: asyncio.Lock | None = None
         self._running: set[asyncio.Task[Any]] = set()
         self._closed = False
+        #: How another process removes this actor's sandboxes (None: the backend cannot).
+        self._sweep: dict[str, Any] | None = None
 
     async def _ready(self) -> Stack:
         if self._closed:
@@ -111,15 +120,43 @@ class NodeRollouts:
                 stack = Stack(self.options)
                 await stack.__aenter__()
                 self._stack = stack
+                await self._sweep_orphans(stack)
         return self._stack
 
+    async def _sweep_orphans(self, stack: Stack) -> None:
+        """Remove what dead processes of this host left (``sweep_orphans``), and learn how
+        the driver removes this actor's sandboxes (``sweep_keywords``)."""
+        cls = plugins.get_sandbox(self.options.sandbox)
+        orphans = getattr(cls, "sweep_orphans", None)
+        if orphans is not None:
+            try:
+                removed = await orphans(**stack.sandbox_options)
+            except Exception:
+                logger.exception("node %s: the sweep of orphaned sandboxes failed", self.node_ip)
+            else:
+                if removed:
+                    logger.warning(
+                        "node %s: removed %d sandbox(es) a dead process left",
+                        self.node_ip,
+                        len(removed),
+                    )
+        keywords = getattr(cls, "sweep_keywords", None)
+        self._sweep = keywords(**stack.sandbox_options) if keywords is not None else None
+
     async def start(self) -> dict[str, Any]:
-        """Build the stack; what the driver shows of this node (or the error, as text)."""
+        """Build the stack; what the driver shows of this node (or the error, as text), and
+        ``sweep``: the keywords of the sandbox backend's ``sweep`` that remove exactly this
+        actor's sandboxes (None where the backend has no ``sweep_keywords``)."""
         try:
             await self._ready()
         except Exception as exc:  # the driver turns it into one line naming the node
             return {"error": f"{type(exc).__name__}: {exc}"}
-        return {"node_id": self.node_id, "pid": os.getpid(), "slots": self.slots}
+        return {
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "slots": self.slots,
+            "sweep": self._sweep,
+        }
 
     async def check_tasks(self, tasks: Iterable[Task]) -> str | None:
         """``Stack.check_tasks`` on this node: None, or the ``StackError``'s message."""

@@ -97,6 +97,9 @@ class RunSummary:
     skipped: int = 0
     #: Jobs of this run that redo a committed infra_error / grader_error.
     retried: int = 0
+    #: Rollouts of this run whose first dispatch was lost with its node or actor and that
+    #: ran again elsewhere (a Ray run's rows say where, under ``rescheduled``).
+    rescheduled: int = 0
     done: int = 0
     running: int = 0
     outcomes: Counter = attrs.field(factory=Counter)
@@ -109,6 +112,8 @@ class RunSummary:
     def add(self, row: dict[str, Any]) -> None:
         self.done += 1
         self.outcomes[row["outcome"]] += 1
+        if row.get("rescheduled"):
+            self.rescheduled += 1
         if not row.get("remove_sample"):
             self.rewards.append(float(row["reward"]))
         self.turns.append(int(row.get("turns") or 0))
@@ -139,6 +144,7 @@ class RunSummary:
             "rollouts": self.done,
             "skipped_already_done": self.skipped,
             "retried": self.retried,
+            "rescheduled": self.rescheduled,
             "solved": self.solved,
             "solve_rate": (self.solved / graded) if graded else None,
             "mean_reward": mean(self.rewards),

@@ -14,12 +14,14 @@ homes are tmpfs.
 from __future__ import annotations
 
 import io
+import os
 import pathlib
 import shlex
 import tarfile
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl.sandboxes.base import SandboxError
 from agentrl.sandboxes.docker.options import DockerOptions
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "SERVICES_DIR",
     "create_config",
     "main_script",
+    "repo_tarball",
     "seed_archive",
 ]
 
@@ -200,4 +203,17 @@ def seed_archive(image_content: tarfile.TarFile | None, repo: bytes | None) -> b
             with tarfile.open(fileobj=io.BytesIO(repo), mode="r:*") as source:
                 for member in source.getmembers():
                     out.addfile(member, source.extractfile(member) if member.isfile() else None)
+    return buffer.getvalue()
+
+
+def repo_tarball(repo: pathlib.Path) -> bytes:
+    """A tarball of ``repo``'s contents (a tarball itself is sent as it is)."""
+    if not repo.exists():
+        raise SandboxError(f"the task's repository {repo} does not exist on this machine")
+    if repo.is_file():
+        return repo.read_bytes()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for entry in sorted(os.listdir(repo)):
+            tar.add(repo / entry, arcname=entry)
     return buffer.getvalue()

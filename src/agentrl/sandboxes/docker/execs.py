@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pathlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,7 +27,15 @@ from agentrl.sandboxes.base import EXIT_EXEC_TIMEOUT, SandboxError, truncated
 from agentrl.sandboxes.docker.client import sandbox_error
 from agentrl.types import ExecResult
 
-__all__ = ["Capped", "kill_group", "run_command", "stdin_command"]
+__all__ = [
+    "Capped",
+    "bytes_chunks",
+    "file_chunks",
+    "kill_group",
+    "no_input",
+    "run_command",
+    "stdin_command",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +57,7 @@ _INNER = 'echo "$$"; s=sh; command -v bash >/dev/null 2>&1 && s=bash; exec "$s" 
 #: falls back to a kill exec of its own.
 _GRACE = 1.0
 _EXIT_POLLS = 50
+_CHUNK = 1 << 20
 
 
 class Capped:
@@ -294,3 +304,28 @@ def _write_eof(stream: Any) -> None:
     transport = response.connection.transport if response and response.connection else None
     if transport is not None and transport.can_write_eof():
         transport.write_eof()
+
+
+async def file_chunks(path: pathlib.Path) -> AsyncIterator[bytes]:
+    """The bytes of host file ``path``, in 1 MiB chunks read off the event loop."""
+    f = await asyncio.to_thread(path.open, "rb")
+    try:
+        while True:
+            chunk = await asyncio.to_thread(f.read, _CHUNK)
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        f.close()
+
+
+async def bytes_chunks(data: bytes) -> AsyncIterator[bytes]:
+    """``data`` in 1 MiB chunks."""
+    for offset in range(0, len(data), _CHUNK):
+        yield data[offset : offset + _CHUNK]
+
+
+async def no_input() -> AsyncIterator[bytes]:
+    """No input at all."""
+    return
+    yield b""

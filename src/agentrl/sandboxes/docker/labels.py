@@ -5,7 +5,8 @@ by default, or per stack when the stack passes ``run_id``), ``agentrl.owner`` th
 deployment (``owner``, default this host's name) and ``agentrl.process`` the creating
 process (``host:pid:start``). The daemon filters by label, so:
 
-- ``sweep_run``: at the close of a run, every container of the run still there;
+- ``sweep_run``: at the close of a run, every container of the run still there (of one
+  creating process only, given ``process``: what a Ray driver removes of a node it lost);
 - ``sweep_stale``: on the first start in a process, this deployment's containers whose
   creating process on this host is gone (the owner was killed before it could close them).
 
@@ -98,13 +99,16 @@ async def remove_all(docker: Any, ids: list[str], why: str) -> list[str]:
     return removed
 
 
-async def sweep_run(docker: Any, run_id: str, owner: str | None) -> list[str]:
-    """Remove every container of run ``run_id`` of this deployment still there."""
+async def sweep_run(
+    docker: Any, run_id: str, owner: str | None, process: str | None = None
+) -> list[str]:
+    """Remove every container of run ``run_id`` of this deployment still there (only those
+    ``process`` created, given one: a ``process_label``)."""
+    selector = {SANDBOX_KEY: "docker", RUN_KEY: run_id, OWNER_KEY: owner or socket.gethostname()}
+    if process:
+        selector[PROCESS_KEY] = process
     try:
-        found = await _list(
-            docker,
-            {SANDBOX_KEY: "docker", RUN_KEY: run_id, OWNER_KEY: owner or socket.gethostname()},
-        )
+        found = await _list(docker, selector)
     except Exception as exc:
         logger.warning("the docker sweep of run %s failed: %s", run_id, exc)
         return []

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
-import os
 import pathlib
 import shlex
 import shutil
-import tarfile
+import socket
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentrl.sandboxes.base import (
@@ -44,6 +42,7 @@ from agentrl.sandboxes.docker.container import (
     AGENT_HOME,
     READY_LINE,
     create_config,
+    repo_tarball,
     seed_archive,
 )
 from agentrl.sandboxes.docker.options import DockerOptions
@@ -55,7 +54,6 @@ __all__ = ["DockerSandbox"]
 logger = logging.getLogger(__name__)
 
 _EXIT_MISSING = 44
-_CHUNK = 1 << 20
 #: Daemons (by address) whose dead processes' containers this process already swept.
 _swept: set[str] = set()
 
@@ -145,8 +143,55 @@ class DockerSandbox(Sandbox):
         await images.pull(_resolve(options).host, name)
 
     @classmethod
-    async def sweep(cls, **options: Any) -> list[str]:
-        """Remove every container of this run (``run_id``, default this process's) still there."""
+    async def sweep(
+        cls, *, process: str | None = None, from_host: str | None = None, **options: Any
+    ) -> list[str]:
+        """Remove every container of this run (``run_id``, default this process's) still
+        there; with ``process`` (a ``process_label``), only that process's.
+
+        ``from_host`` is the host whose daemon address ``options`` name (``sweep_keywords``
+        of another process): a ``unix://`` daemon of another host is not this host's to
+        reach, and is left to that host's next start (``sweep_orphans``)."""
+        resolved = _resolve(options)
+        host = resolved.host
+        if from_host and from_host != socket.gethostname() and host.startswith("unix://"):
+            logger.info(
+                "docker sweep of run %s: the daemon %s is on %s, not here; its containers "
+                "go when a sandbox starts there again",
+                resolved.run_id,
+                host,
+                from_host,
+            )
+            return []
+        try:
+            docker = connect(host)
+        except SandboxError as exc:
+            logger.warning("docker sweep: %s", exc)
+            return []
+        try:
+            run_id = resolved.run_id or labels.process_run_id()
+            return await labels.sweep_run(docker, run_id, resolved.owner, process)
+        finally:
+            await docker.close()
+
+    @classmethod
+    def sweep_keywords(cls, **options: Any) -> dict[str, Any]:
+        """What ``sweep`` needs, in another process or on another host, to remove exactly
+        the containers this process creates with ``options``: the daemon's address, the
+        run, the owner, this process and this host (plain values, to send over the wire)."""
+        resolved = _resolve(options)
+        return {
+            "docker_host": resolved.host,
+            "run_id": resolved.run_id or labels.process_run_id(),
+            "owner": resolved.owner or socket.gethostname(),
+            "process": labels.process_label(),
+            "from_host": socket.gethostname(),
+        }
+
+    @classmethod
+    async def sweep_orphans(cls, **options: Any) -> list[str]:
+        """Remove this owner's containers on the daemon whose creating process on this host
+        is gone (what the first start in a process does; a starting node calls it)."""
         resolved = _resolve(options)
         try:
             docker = connect(resolved.host)
@@ -154,9 +199,8 @@ class DockerSandbox(Sandbox):
             logger.warning("docker sweep: %s", exc)
             return []
         try:
-            return await labels.sweep_run(
-                docker, resolved.run_id or labels.process_run_id(), resolved.owner
-            )
+            _swept.add(resolved.host)
+            return await labels.sweep_stale(docker, resolved.owner)
         finally:
             await docker.close()
 
@@ -250,7 +294,7 @@ class DockerSandbox(Sandbox):
 
     async def _copy_repo(self, repo: pathlib.Path) -> None:
         """The host repository (a directory or a tarball) unpacked into the workspace."""
-        data = await asyncio.to_thread(_tar_of, repo)
+        data = await asyncio.to_thread(repo_tarball, repo)
         try:
             await self._container.put_archive(self.workdir, data)
         except Exception as exc:
@@ -268,7 +312,7 @@ class DockerSandbox(Sandbox):
                 raise sandbox_error(exc, f"read of the image's {self.workdir}") from exc
             shipped = None  # the image ships no workspace
         repo = self.options.repo
-        data = await asyncio.to_thread(_tar_of, pathlib.Path(repo)) if repo else None
+        data = await asyncio.to_thread(repo_tarball, pathlib.Path(repo)) if repo else None
         return await asyncio.to_thread(seed_archive, shipped, data)
 
     async def _seed_workspace(self, seed: bytes) -> None:
@@ -276,7 +320,7 @@ class DockerSandbox(Sandbox):
         w, uid = shlex.quote(self.workdir), self.agent_uid
         argv = ["sh", "-c", f"tar -xf - -C {w} && chown -R {uid}:{uid} {w}"]
         code, _, err = await execs.stdin_command(
-            self._container, argv, _bytes_chunks(seed), user="0:0", limit=4096, timeout=600
+            self._container, argv, execs.bytes_chunks(seed), user="0:0", limit=4096, timeout=600
         )
         if code != 0:
             raise SandboxError(
@@ -392,9 +436,9 @@ class DockerSandbox(Sandbox):
         if isinstance(content, pathlib.Path):
             if not await asyncio.to_thread(content.is_file):
                 raise FileNotFoundError(f"no such file on the host: {content}")
-            chunks = _file_chunks(content)
+            chunks = execs.file_chunks(content)
         else:
-            chunks = _bytes_chunks(content.encode() if isinstance(content, str) else content)  # noqa: ASYNC240 (str, not a path)
+            chunks = execs.bytes_chunks(content.encode() if isinstance(content, str) else content)  # noqa: ASYNC240 (str, not a path)
         docker_user, _ = self._user(user)
         argv = ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "agentrl-write", path]
         code, _, err = await execs.stdin_command(
@@ -413,7 +457,7 @@ class DockerSandbox(Sandbox):
         code, out, err = await execs.stdin_command(
             container,
             argv,
-            _nothing(),
+            execs.no_input(),
             user=docker_user,
             limit=self.read_file_max_bytes,
             timeout=600,
@@ -444,38 +488,3 @@ def _resolve(options: Mapping[str, Any]) -> DockerOptions:
     return DockerOptions.from_keywords(
         {k: v for k, v in options.items() if k in DockerOptions.names()}
     )
-
-
-async def _file_chunks(path: pathlib.Path) -> AsyncIterator[bytes]:
-    f = await asyncio.to_thread(path.open, "rb")
-    try:
-        while True:
-            chunk = await asyncio.to_thread(f.read, _CHUNK)
-            if not chunk:
-                return
-            yield chunk
-    finally:
-        f.close()
-
-
-async def _bytes_chunks(data: bytes) -> AsyncIterator[bytes]:
-    for offset in range(0, len(data), _CHUNK):
-        yield data[offset : offset + _CHUNK]
-
-
-async def _nothing() -> AsyncIterator[bytes]:
-    return
-    yield b""
-
-
-def _tar_of(repo: pathlib.Path) -> bytes:
-    """A tarball of ``repo``'s contents (a tarball itself is sent as it is)."""
-    if not repo.exists():
-        raise SandboxError(f"the task's repository {repo} does not exist on this machine")
-    if repo.is_file():
-        return repo.read_bytes()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for entry in sorted(os.listdir(repo)):
-            tar.add(repo / entry, arcname=entry)
-    return buffer.getvalue()
