@@ -211,12 +211,11 @@ async def test_a_starting_node_sweeps_only_containers_of_dead_processes(
     process (this one: a run still going) stays, and so does a dead one of another owner."""
     owner, other = f"test-orphans-{uuid.uuid4().hex[:8]}", f"test-other-{uuid.uuid4().hex[:8]}"
     dead = _dead_process()
-    made = {
-        "dead": _labelled(dockerd_host, docker_base_image, owner, dead),
-        "live": _labelled(dockerd_host, docker_base_image, owner, process_label()),
-        "other": _labelled(dockerd_host, docker_base_image, other, dead),
-    }
+    made: dict[str, str] = {}
     try:
+        made["dead"] = _labelled(dockerd_host, docker_base_image, owner, dead)
+        made["live"] = _labelled(dockerd_host, docker_base_image, owner, process_label())
+        made["other"] = _labelled(dockerd_host, docker_base_image, other, dead)
         removed = await DockerSandbox.sweep_orphans(docker_host=dockerd_host, owner=owner)
         assert [cid[:12] for cid in removed] == [made["dead"]]
         assert set(_containers(dockerd_host, owner)) == {made["live"]}
@@ -233,8 +232,8 @@ async def test_a_lost_nodes_daemon_on_another_hosts_socket_is_not_this_hosts_to_
     holds containers of that run and process; from this host, the same keywords do."""
     owner = f"test-remote-{uuid.uuid4().hex[:8]}"
     cid = _labelled(dockerd_host, docker_base_image, owner, process_label())
-    keywords = DockerSandbox.sweep_keywords(docker_host=dockerd_host, owner=owner)
     try:
+        keywords = DockerSandbox.sweep_keywords(docker_host=dockerd_host, owner=owner)
         keywords["run_id"] = _run_of(dockerd_host, cid)
         elsewhere = {**keywords, "from_host": f"not-{socket.gethostname()}"}
         assert await DockerSandbox.sweep(**elsewhere) == []
