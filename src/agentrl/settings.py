@@ -288,11 +288,11 @@ SETTINGS: tuple[Setting, ...] = (
        help="the Docker daemon the `docker` sandbox talks to (`unix://PATH` or `tcp://HOST:PORT`)"),
     _s("AGENTRL_DOCKER_BASE_IMAGE", "str", "agentrl.sandboxes.docker",
        help="the image of a `docker` sandbox whose task names none (`default_image`)"),
-    _s("AGENTRL_DOCKER_WORKSPACE_MB", "int", "agentrl.sandboxes.docker", check="positive",
-       default_doc="no limit",
+    _s("AGENTRL_DOCKER_WORKSPACE_MB", "int", "agentrl.sandboxes.docker", check="non_negative",
+       default_doc="2048, at most half of `memory_mb`",
        help="the size limit of a `docker` sandbox's workspace in MiB (`workspace_size_mb`): "
             "a memory-backed filesystem, counted in the container's memory; a write past it "
-            "fails with ENOSPC"),
+            "fails with ENOSPC. 0: no limit (a volume on the daemon's disk)"),
     _s("AGENTRL_E2B_API_KEY", "str", _E2B, aliases=("E2B_API_KEY",),
        help="E2B API key"),
     _s("AGENTRL_E2B_DOMAIN", "str", _E2B, aliases=("E2B_DOMAIN",), default_doc="the SDK's",

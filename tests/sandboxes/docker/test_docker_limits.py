@@ -68,6 +68,20 @@ def test_the_workspace_limit_setting_makes_the_workspace_a_sized_tmpfs(monkeypat
     assert "size=32m" in explicit["HostConfig"]["Tmpfs"]["/workspace"]
 
 
+def test_the_workspace_is_limited_by_default_and_0_keeps_the_volume(monkeypatch):
+    """With neither the option nor the setting, the workspace is a 2048 MiB tmpfs (a 1 GiB
+    write no longer succeeds without bound); ``workspace_size_mb=0`` or the setting ``0``
+    keeps the unlimited volume."""
+    monkeypatch.delenv("AGENTRL_DOCKER_WORKSPACE_MB", raising=False)
+    mount = create_config(DockerOptions(), "image:1", {})["HostConfig"]["Tmpfs"]["/workspace"]
+    assert "size=2048m" in mount.split(",")
+    unlimited = create_config(DockerOptions(workspace_size_mb=0), "image:1", {})
+    assert "/workspace" not in unlimited["HostConfig"].get("Tmpfs", {})
+    monkeypatch.setenv("AGENTRL_DOCKER_WORKSPACE_MB", "0")
+    from_setting = create_config(DockerOptions(), "image:1", {})
+    assert "/workspace" not in from_setting["HostConfig"].get("Tmpfs", {})
+
+
 async def test_a_write_past_the_workspace_limit_fails_and_the_sandbox_stays_usable(
     docker_options, workspace_image, tmp_path
 ):

@@ -63,7 +63,9 @@ def test_the_container_has_no_network_limits_init_and_a_read_only_root(tmp_path)
     assert f"{sock.parent}:{SERVICES_DIR}/8000:ro" in host["Binds"]
     assert "/opt/x:/x:ro" in host["Binds"] and "/h/passwd:/etc/passwd:ro" in host["Binds"]
     assert "ALL" in host["CapDrop"] and "SYS_ADMIN" not in host["CapAdd"]
-    assert config["Volumes"] == {"/workspace": {}} and config["Labels"] == {"agentrl.run": "r"}
+    assert config["Labels"] == {"agentrl.run": "r"}
+    # The workspace is a tmpfs of at most half the memory limit, not an unlimited volume.
+    assert config["Volumes"] == {} and "size=256m" in host["Tmpfs"]["/workspace"].split(",")
 
 
 @pytest.mark.parametrize("size", [0, 10, 64, 65, 1000, 5000])

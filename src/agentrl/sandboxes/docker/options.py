@@ -41,9 +41,18 @@ def _positive_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> 
         raise ValueError(f"{attribute.name} must be a positive number or null, got {value!r}")
 
 
+def _non_negative_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or value < 0):
+        raise ValueError(f"{attribute.name} must be a whole number ≥ 0 or null, got {value!r}")
+
+
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, (int, float)) or value <= 0:
         raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+#: The workspace's size limit in MiB when neither the option nor the setting gives one.
+DEFAULT_WORKSPACE_MB = 2048
 
 
 @attrs.frozen(kw_only=True)
@@ -58,9 +67,9 @@ class DockerOptions:
     *directory* is bound in read-only and relayed to ``127.0.0.1:port`` inside.
     ``memory_mb`` / ``pids`` / ``cpus``: the container's limits (None: unlimited).
     ``workspace_size_mb``: the workspace's size limit (default ``AGENTRL_DOCKER_WORKSPACE_MB``,
-    else none): the workspace is then a tmpfs of that size, counted in ``memory_mb``, seeded
-    with what the image ships there and the task's repository; a write past it fails with
-    ENOSPC (without it, the workspace is a volume on the daemon's disk, unlimited).
+    else 2048 but at most half of ``memory_mb``): the workspace is a tmpfs of that size,
+    counted in ``memory_mb`` (a full workspace is ENOSPC, not the OOM killer), seeded with what the image ships there and the task's repository; a write past
+    it fails with ENOSPC. ``0``: no limit, the workspace is a volume on the daemon's disk.
     ``read_only_root``: mount the image read-only (the workspace, ``/tmp``, ``/run`` and
     the homes stay writable); turn it off for an image whose tests write elsewhere.
     ``ro_binds``: ``{host_path: container_path}`` bound read-only (host CLIs, node).
@@ -83,7 +92,7 @@ class DockerOptions:
     cpus: float | None = attrs.field(default=None, validator=_positive_or_none)
     tmp_size_mb: int = attrs.field(default=1024, validator=_positive)
     home_size_mb: int = attrs.field(default=1024, validator=_positive)
-    workspace_size_mb: int | None = attrs.field(default=None, validator=_positive_or_none)
+    workspace_size_mb: int | None = attrs.field(default=None, validator=_non_negative_or_none)
     agent_uid: int = 1000
     read_only_root: bool = True
     max_output_bytes: int | None = None
@@ -116,10 +125,17 @@ class DockerOptions:
 
     @property
     def workspace_limit_mb(self) -> int | None:
-        """The workspace's size limit in MiB: the option, else the environment, else none."""
-        if self.workspace_size_mb is not None:
-            return self.workspace_size_mb
-        return settings.get("AGENTRL_DOCKER_WORKSPACE_MB")
+        """The workspace's size limit in MiB, or None for no limit (``0``): the option, else
+        the environment, else :data:`DEFAULT_WORKSPACE_MB` but at most half of ``memory_mb``
+        (the tmpfs counts in it: a full workspace must be ENOSPC, not the OOM killer)."""
+        size = self.workspace_size_mb
+        if size is None:
+            size = settings.get("AGENTRL_DOCKER_WORKSPACE_MB")
+        if size is None:
+            size = DEFAULT_WORKSPACE_MB
+            if self.memory_mb is not None:
+                size = max(1, min(size, self.memory_mb // 2))
+        return size or None
 
     def candidates(self) -> tuple[str, ...]:
         """The images to try, in order, without repeats: ``images``, then ``image``; or, for
