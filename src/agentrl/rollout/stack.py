@@ -120,6 +120,9 @@ class StackOptions:
     #: ``splice`` (extend each chain's exact ids) or ``render`` (render every prompt in full).
     prompt_mode: str = "splice"
     engine_options: dict[str, Any] = attrs.field(factory=dict)
+    #: An engine the caller built (a trainer's own client, e.g. ``agentrl.verl``'s): served
+    #: as it is, ``engine`` only names it in logs. Needs ``workers=1`` (one process).
+    engine_instance: Engine | None = None
     #: A host directory holding bin/claude and bin/codex (agentrl install-clis).
     cli_dir: str | None = None
     harness_options: dict[str, Any] = attrs.field(factory=dict)
@@ -163,7 +166,8 @@ class StackOptions:
         if self.workers < 1:
             raise StackError(f"--workers: expected >= 1, got {self.workers}")
         try:
-            check_shardable(self.engine, self.workers)
+            if self.engine_instance is None:
+                check_shardable(self.engine, self.workers)
         except ValueError as exc:
             raise StackError(str(exc)) from None
         if not (self.tokenizer or self.model_path):
@@ -177,6 +181,12 @@ class StackOptions:
 
     def check_engine(self) -> None:
         """Raise ``StackError`` when the engine cannot be built (``Engine.check_options``)."""
+        if self.engine_instance is not None:
+            if self.workers != 1:
+                raise StackError(
+                    f"workers={self.workers}: a caller's engine is served by one process"
+                )
+            return
         try:
             plugins.get_engine(self.engine).check_options(
                 self.engine_options, url=self.engine_url, model_path=self.model_path
@@ -265,7 +275,7 @@ class Stack:
         o = self.options
         if o.workers > 1:
             return ShardedMiddleware(workers=o.workers, build=self.middleware_recipe())
-        self.engine = plugins.get_engine(o.engine).from_options(
+        self.engine = o.engine_instance or plugins.get_engine(o.engine).from_options(
             o.engine_options, url=o.engine_url, model_path=o.model_path
         )
         return Middleware(
