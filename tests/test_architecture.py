@@ -53,7 +53,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentrl.harnesses", "agentrl.graders"),
     ("agentrl.rollout", "agentrl.preflight"),
     ("agentrl.view",),
-    ("agentrl.slime", "agentrl.cli"),
+    ("agentrl.slime", "agentrl.verl", "agentrl.cli"),
     ("agentrl.testing",),
     ("agentrl",),
 )

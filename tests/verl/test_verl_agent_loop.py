@@ -1,0 +1,217 @@
+"""``agentrl.verl``: the ``agentrl`` agent loop run the way verl runs it, against real verl.
+
+What runs for real: verl 0.9.1 (its registry, ``hydra.utils.instantiate`` of the loop,
+``AgentLoopWorker._run_agent_loop``, ``_agent_loop_postprocess`` and ``_postprocess``: the
+padding, masks, position ids and reward placement of every row), the Claude Code CLI,
+the bubblewrap sandbox, the middleware, the Qwen3 tokenizer and the scaleswe grader. The
+boundary: verl's ``AgentLoopWorker`` is a Ray actor that starts vLLM/SGLang servers on
+GPUs; here its methods run in-process on a worker built with just the attributes they
+read (``verl_support.agent_loop_worker``), and its ``server_manager`` is a stand-in that
+speaks verl's ``generate`` contract (verl's own ``TokenOutput``) and forwards to the
+scripted SGLang engine of ``agentrl.testing``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import yaml
+from rollout_support import TASKS
+from verl_support import ForwardingServerManager, agent_loop_worker, import_verl, verl_config
+
+from agentrl.engines.sglang import SGLangEngine
+from agentrl.harnesses.claude_code import ClaudeCodeHarness
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+]
+
+FIX = (
+    "python3 - <<'PY'\nimport pathlib\np = pathlib.Path('textstats/core.py')\ns = p.read_text()\n"
+    "s = s.replace('text.split(\" \")', 'text.split()')\n"
+    "s = s.replace('        result.append(token)', "
+    "'        if token:\\n            result.append(token)')\np.write_text(s)\n"
+    "print('AGENTRL-' + 'FIX-APPLIED')\nPY"
+)
+
+
+def _script(tokenizer):
+    def reply(body, headers) -> ScriptedReply:
+        prompt = tokenizer.decode(body["input_ids"], skip_special_tokens=False)
+        if "AGENTRL-FIX-APPLIED" in prompt:
+            return ScriptedReply(text="All done: the fix is in place.")
+        call = json.dumps({"name": "Bash", "arguments": {"command": FIX}})
+        return ScriptedReply(text=f"Fixing it.\n<tool_call>\n{call}\n</tool_call>")
+
+    return reply
+
+
+def _task_row() -> dict:
+    row = json.loads(TASKS.read_text().splitlines()[0])
+    row["metadata"]["repo"] = str(TASKS.parent / row["metadata"]["repo"])
+    row["metadata"].pop("gold_patch_path", None)
+    return row
+
+
+def _verl_row(task: dict | None) -> dict:
+    """A row as verl's RLHFDataset hands it to an agent loop (the task in ``extra_info``)."""
+    extra = {"index": 0} if task is None else {"index": 0, "agentrl_task": task}
+    return {
+        "raw_prompt": np.array([{"role": "user", "content": "fix textstats"}], dtype=object),
+        "data_source": "agentrl/textstats",
+        "extra_info": extra,
+        "agent_name": "agentrl",
+    }
+
+
+@pytest.fixture
+def loop_config(tmp_path):
+    """An agent_loop_config_path file: the shipped entry, set for the local sandbox."""
+    from cli_support import host_install_of
+
+    binds, claude = host_install_of(ClaudeCodeHarness)
+    short = tempfile.mkdtemp(prefix="arl-")
+    entry = {
+        "name": "agentrl",
+        "_target_": "agentrl.verl.loop.AgentrlAgentLoop",
+        "harness": "claude_code",
+        "sandbox": "local",
+        "grader": "scaleswe",
+        "tool_parser": "hermes",
+        "reasoning_parser": "qwen3",
+        "unix_socket": f"{short}/mw.sock",
+        "port": 18001,
+        "sandbox_options": {"ro_binds": binds, "host_python": True},
+        "harness_options": {"cli_path": claude},
+        "rollout": {"agent_time_budget": 120, "eval_timeout": 120, "boot_retries": 0},
+    }
+    path = tmp_path / "agent_loop.yaml"
+    path.write_text(yaml.safe_dump([entry]))
+    yield path, entry
+    shutil.rmtree(short, ignore_errors=True)
+
+
+async def _run_rows(agent_loop, worker, rows):
+    """verl's own path for a batch: ``_run_agent_loop`` per row, then ``_postprocess``."""
+    params = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
+    outputs = []
+    for k, row in enumerate(rows):
+        trajectory = {"step": 1, "sample_index": k, "rollout_n": 0, "validate": False}
+        outputs.append(await worker._run_agent_loop(dict(params), trajectory, trace=False, **row))
+    return outputs, worker._postprocess(outputs, input_non_tensor_batch=None)
+
+
+async def test_claude_code_rollout_through_verls_agent_loop(
+    loop_config, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """Claude Code solves the task through verl's loop: one token-exact, trainable row.
+
+    The mask is 1 exactly on the tokens the engine sampled, each with its log-prob; the
+    reward is the grader's; verl's padding, attention mask and position ids hold.
+    """
+    agent_loop = import_verl()
+    from agentrl.verl.loop import close_stacks
+
+    path, _ = loop_config
+    config = verl_config(
+        qwen_tokenizer_dir, prompt_length=32768, response_length=4096, loop_config=str(path)
+    )
+    engine = ScriptedEngine(qwen_tokenizer, responder=_script(qwen_tokenizer))
+    await engine.start()
+    client = SGLangEngine(engine.url)
+    manager = ForwardingServerManager(client)
+    worker = agent_loop_worker(agent_loop, config, qwen_tokenizer, manager)
+    try:
+        outputs, batch = await _run_rows(agent_loop, worker, [_verl_row(_task_row())])
+    finally:
+        await close_stacks()
+        await client.aclose()
+        await engine.close()
+    out = outputs[0]
+    extra = out.extra_fields
+    assert extra["agentrl_trainable"] is True, extra
+    assert extra["agentrl_outcome"] == "solved" and out.reward_score == 1.0
+    assert extra["agentrl_instance_id"] == "textstats-1" and extra["agentrl_chains"] == 1
+    assert (extra["min_global_steps"], extra["max_global_steps"]) == (7, 7)
+    # One sticky request id per session, log-probs always asked for.
+    assert {c["request_id"] for c in manager.calls} == {extra["agentrl_session_id"]}
+    # Token-exact: the unpadded response's masked positions are exactly the sampled tokens.
+    prompt_len = int(out.attention_mask[0, : config.actor_rollout_ref.rollout.prompt_length].sum())
+    resp_len = int(out.attention_mask[0, config.actor_rollout_ref.rollout.prompt_length :].sum())
+    response = out.response_ids[0, :resp_len].tolist()
+    mask = out.response_mask[0, :resp_len].tolist()
+    logprobs = out.response_logprobs[0, :resp_len].tolist()
+    sampled = [
+        (t, lp) for g in engine.served for t, lp in zip(g.output_ids, g.logprobs, strict=True)
+    ]
+    trained = [(t, lp) for t, m, lp in zip(response, mask, logprobs, strict=True) if m]
+    assert [t for t, _ in trained] == [t for t, _ in sampled]
+    # float32 in verl's tensor: equal to the sampled float64 up to its rounding
+    assert [lp for _, lp in trained] == pytest.approx([lp for _, lp in sampled], abs=1e-6)
+    assert all(lp == 0.0 for m, lp in zip(mask, logprobs, strict=True) if not m)
+    assert int(out.response_mask.sum()) == sum(len(g.output_ids) for g in engine.served)
+    # The first prompt is the first engine call's input, left-padded by verl.
+    assert out.prompt_ids[0, -prompt_len:].tolist() == manager.calls[0]["prompt_ids"]
+    # verl's batch: rm_scores carries the reward on the last response token; positions run on.
+    assert batch.batch["rm_scores"][0, resp_len - 1].item() == 1.0
+    assert batch.batch["rm_scores"].sum().item() == 1.0
+    positions = batch.batch["position_ids"][0]
+    attention = batch.batch["attention_mask"][0].bool()
+    assert positions[attention].tolist() == list(range(prompt_len + resp_len))
+    assert list(batch.non_tensor_batch["agentrl_trainable"]) == [True]
+    print(
+        f"AgentLoopOutput: prompt={prompt_len} response={resp_len} mask_sum={sum(mask)} "
+        f"reward={out.reward_score} turns={out.num_turns} sampled={len(sampled)}"
+    )
+
+
+async def test_failed_rows_are_excluded_as_verl_expects(
+    loop_config, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir, tmp_path
+):
+    """A row without a task and a sandbox that cannot boot: each one kept, never trained.
+
+    Both pass verl's post-processing beside each other; their response masks are all 0
+    (no policy-gradient term), reward 0.0, ``agentrl_trainable`` False with the reason.
+    """
+    agent_loop = import_verl()
+    from agentrl.verl.loop import close_stacks
+
+    path, entry = loop_config
+    entry = {
+        **entry,
+        "sandbox_options": {**entry["sandbox_options"], "bwrap": "/nonexistent/bwrap"},
+    }
+    path.write_text(yaml.safe_dump([entry]))
+    config = verl_config(
+        qwen_tokenizer_dir, prompt_length=4096, response_length=1024, loop_config=str(path)
+    )
+    engine = ScriptedEngine(qwen_tokenizer, responder=_script(qwen_tokenizer))
+    await engine.start()
+    client = SGLangEngine(engine.url)
+    worker = agent_loop_worker(agent_loop, config, qwen_tokenizer, ForwardingServerManager(client))
+    try:
+        outputs, batch = await _run_rows(
+            agent_loop, worker, [_verl_row(None), _verl_row(_task_row())]
+        )
+    finally:
+        await close_stacks()
+        await client.aclose()
+        await engine.close()
+    reasons = [o.extra_fields["agentrl_abort_reason"] for o in outputs]
+    assert reasons == ["invalid_task", "infra_error"], [o.extra_fields for o in outputs]
+    assert batch.batch["response_mask"].sum().item() == 0
+    assert [o.reward_score for o in outputs] == [0.0, 0.0]
+    assert list(batch.non_tensor_batch["agentrl_trainable"]) == [False, False]
+    assert not engine.served
