@@ -14,6 +14,7 @@ scripted SGLang engine of ``agentrl.testing``.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 
@@ -26,6 +27,9 @@ from verl_support import ForwardingServerManager, agent_loop_worker, import_verl
 from agentrl.engines.sglang import SGLangEngine
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
+
+#: verl's rollout.prompt_length in the end-to-end runs (Claude Code's first prompt is ~12k).
+PROMPT = 32768
 
 pytestmark = [
     pytest.mark.slow,
@@ -113,6 +117,68 @@ async def _run_rows(agent_loop, worker, rows):
     return outputs, worker._postprocess(outputs, input_non_tensor_batch=None)
 
 
+async def _serve(
+    tokenizer, tokenizer_dir, path, responder, rows, *, prompt_length, response_length
+):
+    """Run ``rows`` through verl's worker methods, served by the scripted engine."""
+    agent_loop = import_verl()
+    from agentrl.verl.loop import close_stacks
+
+    config = verl_config(
+        tokenizer_dir,
+        prompt_length=prompt_length,
+        response_length=response_length,
+        loop_config=str(path),
+    )
+    engine = ScriptedEngine(tokenizer, responder=responder)
+    await engine.start()
+    client = SGLangEngine(engine.url)
+    manager = ForwardingServerManager(client)
+    worker = agent_loop_worker(agent_loop, config, tokenizer, manager)
+    try:
+        outputs, batch = await _run_rows(agent_loop, worker, rows)
+    finally:
+        await close_stacks()
+        await client.aclose()
+        await engine.close()
+    return outputs, batch, engine, manager
+
+
+async def test_a_verl_abort_is_continued_and_the_rollout_trains(
+    loop_config, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """verl aborts the first turn halfway (``stop_reason="aborted"``, a weight update): the
+    middleware continues it as it does for SGLang and vLLM, and every sampled token trains."""
+    path, _ = loop_config
+    script = _script(qwen_tokenizer)
+    call = json.dumps({"name": "Bash", "arguments": {"command": FIX}})
+    ids = list(qwen_tokenizer(f"Fixing it.\n<tool_call>\n{call}\n</tool_call>")["input_ids"])
+    partial, rest = ids[: len(ids) // 2], ids[len(ids) // 2 :]
+    served: list[int] = []
+
+    def aborting(body, headers) -> ScriptedReply:
+        served.append(1)
+        if len(served) == 1:
+            return ScriptedReply(ids=partial, finish_reason="abort")
+        if body["input_ids"][-len(partial) :] == partial:
+            return ScriptedReply(ids=rest)
+        return script(body, headers)
+
+    (out,), _, engine, manager = await _serve(
+        qwen_tokenizer,
+        qwen_tokenizer_dir,
+        path,
+        aborting,
+        [_verl_row(_task_row())],
+        prompt_length=PROMPT,
+        response_length=4096,
+    )
+    assert [g.finish_reason for g in engine.served][:2] == ["abort", "stop"]
+    assert manager.calls[1]["prompt_ids"] == manager.calls[0]["prompt_ids"] + partial
+    assert out.extra_fields["agentrl_outcome"] == "solved" and out.reward_score == 1.0
+    assert int(out.response_mask.sum()) == sum(len(g.output_ids) for g in engine.served)
+
+
 async def test_claude_code_rollout_through_verls_agent_loop(
     loop_config, qwen_tokenizer, qwen_tokenizer_dir
 ):
@@ -121,25 +187,16 @@ async def test_claude_code_rollout_through_verls_agent_loop(
     The mask is 1 exactly on the tokens the engine sampled, each with its log-prob; the
     reward is the grader's; verl's padding, attention mask and position ids hold.
     """
-    agent_loop = import_verl()
-    from agentrl.verl.loop import close_stacks
-
     path, _ = loop_config
-    config = verl_config(
-        qwen_tokenizer_dir, prompt_length=32768, response_length=4096, loop_config=str(path)
+    (out,), batch, engine, manager = await _serve(
+        qwen_tokenizer,
+        qwen_tokenizer_dir,
+        path,
+        _script(qwen_tokenizer),
+        [_verl_row(_task_row())],
+        prompt_length=PROMPT,
+        response_length=4096,
     )
-    engine = ScriptedEngine(qwen_tokenizer, responder=_script(qwen_tokenizer))
-    await engine.start()
-    client = SGLangEngine(engine.url)
-    manager = ForwardingServerManager(client)
-    worker = agent_loop_worker(agent_loop, config, qwen_tokenizer, manager)
-    try:
-        outputs, batch = await _run_rows(agent_loop, worker, [_verl_row(_task_row())])
-    finally:
-        await close_stacks()
-        await client.aclose()
-        await engine.close()
-    out = outputs[0]
     extra = out.extra_fields
     assert extra["agentrl_trainable"] is True, extra
     assert extra["agentrl_outcome"] == "solved" and out.reward_score == 1.0
@@ -148,8 +205,8 @@ async def test_claude_code_rollout_through_verls_agent_loop(
     # One sticky request id per session, log-probs always asked for.
     assert {c["request_id"] for c in manager.calls} == {extra["agentrl_session_id"]}
     # Token-exact: the unpadded response's masked positions are exactly the sampled tokens.
-    prompt_len = int(out.attention_mask[0, : config.actor_rollout_ref.rollout.prompt_length].sum())
-    resp_len = int(out.attention_mask[0, config.actor_rollout_ref.rollout.prompt_length :].sum())
+    prompt_len = int(out.attention_mask[0, :PROMPT].sum())
+    resp_len = int(out.attention_mask[0, PROMPT:].sum())
     response = out.response_ids[0, :resp_len].tolist()
     mask = out.response_mask[0, :resp_len].tolist()
     logprobs = out.response_logprobs[0, :resp_len].tolist()
@@ -171,44 +228,32 @@ async def test_claude_code_rollout_through_verls_agent_loop(
     attention = batch.batch["attention_mask"][0].bool()
     assert positions[attention].tolist() == list(range(prompt_len + resp_len))
     assert list(batch.non_tensor_batch["agentrl_trainable"]) == [True]
-    print(
+    logging.getLogger(__name__).info(
         f"AgentLoopOutput: prompt={prompt_len} response={resp_len} mask_sum={sum(mask)} "
         f"reward={out.reward_score} turns={out.num_turns} sampled={len(sampled)}"
     )
 
 
 async def test_failed_rows_are_excluded_as_verl_expects(
-    loop_config, monkeypatch, qwen_tokenizer, qwen_tokenizer_dir, tmp_path
+    loop_config, qwen_tokenizer, qwen_tokenizer_dir
 ):
     """A row without a task and a sandbox that cannot boot: each one kept, never trained.
 
     Both pass verl's post-processing beside each other; their response masks are all 0
     (no policy-gradient term), reward 0.0, ``agentrl_trainable`` False with the reason.
     """
-    agent_loop = import_verl()
-    from agentrl.verl.loop import close_stacks
-
     path, entry = loop_config
-    entry = {
-        **entry,
-        "sandbox_options": {**entry["sandbox_options"], "bwrap": "/nonexistent/bwrap"},
-    }
-    path.write_text(yaml.safe_dump([entry]))
-    config = verl_config(
-        qwen_tokenizer_dir, prompt_length=4096, response_length=1024, loop_config=str(path)
+    broken = {**entry["sandbox_options"], "bwrap": "/nonexistent/bwrap"}
+    path.write_text(yaml.safe_dump([{**entry, "sandbox_options": broken}]))
+    outputs, batch, engine, _ = await _serve(
+        qwen_tokenizer,
+        qwen_tokenizer_dir,
+        path,
+        _script(qwen_tokenizer),
+        [_verl_row(None), _verl_row(_task_row())],
+        prompt_length=4096,
+        response_length=1024,
     )
-    engine = ScriptedEngine(qwen_tokenizer, responder=_script(qwen_tokenizer))
-    await engine.start()
-    client = SGLangEngine(engine.url)
-    worker = agent_loop_worker(agent_loop, config, qwen_tokenizer, ForwardingServerManager(client))
-    try:
-        outputs, batch = await _run_rows(
-            agent_loop, worker, [_verl_row(None), _verl_row(_task_row())]
-        )
-    finally:
-        await close_stacks()
-        await client.aclose()
-        await engine.close()
     reasons = [o.extra_fields["agentrl_abort_reason"] for o in outputs]
     assert reasons == ["invalid_task", "infra_error"], [o.extra_fields for o in outputs]
     assert batch.batch["response_mask"].sum().item() == 0
