@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps demo-deps system-deps clis vllm demo test test-sglang bench lint clean
+.PHONY: venv deps demo-deps system-deps clis vllm verl-deps demo test test-sglang bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,8 +40,23 @@ vllm: demo-deps
 demo: system-deps demo-deps clis
 	$(BIN)/agentrl demo
 
-test: system-deps demo-deps clis vllm
+test: system-deps demo-deps clis vllm verl-deps
 	$(BIN)/python -m pytest -q
+
+# verl (the trainer agentrl.verl plugs into), for tests/verl: its agent-loop code paths run on
+# CPU. `pip install verl` into this venv would downgrade transformers, packaging and
+# tokenizers (verl pins transformers<5.11), so verl and the few modules it imports that the
+# venv lacks go into .cache/verl without dependencies; tests/verl puts it at the END of
+# sys.path, so every package the venv has wins. verl's wheel also ships top-level `tests`
+# and `scripts` packages, removed so they never shadow anything.
+VERL_SITE ?= .cache/verl
+VERL_PIN ?= verl==0.9.1
+VERL_DEPS := hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 tensordict==0.10.0 \
+	pyvers==0.1.0 cloudpickle==3.1.3 importlib_metadata==10.2.0 codetiming==1.4.0 torchdata==0.11.0 \
+	peft==0.21.2 pylatexenc==2.11 cachetools==8.0.2 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0
+verl-deps: deps
+	$(BIN)/pip install -q --no-deps --target $(VERL_SITE) $(VERL_PIN) $(VERL_DEPS)
+	rm -rf $(VERL_SITE)/tests $(VERL_SITE)/scripts
 
 # Differential test of the built-in parsers against SGLang's own (opt-in: SGLang is heavy).
 # Only SGLang's parser modules are needed, so it goes into .cache/sglang without its GPU

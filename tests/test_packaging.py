@@ -46,8 +46,8 @@ def _extras(wheel: pathlib.Path) -> dict[str, set[str]]:
 
 
 def test_wheel_ships_license_type_marker_and_example_tasks(wheel):
-    """The wheel carries the Apache-2.0 LICENSE, py.typed, the bundled example tasks and the
-    graders' pytest plugin."""
+    """The wheel carries the Apache-2.0 LICENSE, py.typed, the bundled example tasks, the
+    graders' pytest plugin and the verl agent-loop config."""
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
@@ -60,6 +60,8 @@ def test_wheel_ships_license_type_marker_and_example_tasks(wheel):
         assert f"agentrl/view/static/{asset}" in names
     # the grader's pytest plugin, uploaded into grading sandboxes as a file
     assert "agentrl/graders/_pytest_report_plugin.py" in names
+    # the verl agent-loop config users point agent_loop_config_path at
+    assert "agentrl/verl/agent_loop.yaml" in names
 
 
 def test_every_extra_that_renders_chat_templates_declares_jinja2(wheel):
