@@ -157,3 +157,14 @@ def test_options_errors_name_the_valid_keys_and_the_task_column():
     assert options.task_row({"extra_info": {"agentrl_task": '{"prompt": "p"}'}}) == {"prompt": "p"}
     with pytest.raises(VerlLoopConfigError, match="extra_info\\['agentrl_task'\\]"):
         options.task_row({"extra_info": {"index": 0}})
+
+
+def test_public_host_auto_is_this_ray_nodes_address():
+    """``public_host: auto`` resolves to the Ray node's address; anything else stays as set."""
+    import_verl()
+    import ray
+
+    from agentrl.verl.loop import _public_host
+
+    assert _public_host("auto") == ray.util.get_node_ip_address()
+    assert _public_host("10.1.2.3") == "10.1.2.3" and _public_host(None) is None

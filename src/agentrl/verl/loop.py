@@ -66,7 +66,7 @@ class _WorkerStack:
                 unix_path=options.unix_socket,
                 bind_host=options.bind_host,
                 port=options.port,
-                public_host=options.public_host,
+                public_host=_public_host(options.public_host),
                 max_context_tokens=context,
                 fork_threshold_tokens=options.fork_threshold_tokens,
                 max_engine_aborts=options.max_engine_aborts,
@@ -195,6 +195,18 @@ class AgentrlAgentLoop(AgentLoopBase):
             return await call
         async with worker.semaphore:
             return await call
+
+
+def _public_host(configured: str | None) -> str | None:
+    """The address sandboxes dial: as configured, or (``auto``) this Ray node's address.
+
+    verl places agent-loop workers on any node, so one config serves them all with ``auto``.
+    """
+    if configured != "auto":
+        return configured
+    import ray
+
+    return str(ray.util.get_node_ip_address())
 
 
 def _metrics(result: Any) -> AgentLoopMetrics:

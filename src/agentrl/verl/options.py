@@ -67,7 +67,8 @@ class VerlLoopOptions:
     max_concurrent_rollouts: int = attrs.field(default=0, validator=_positive)
     #: Sandboxes booting at once per worker (agent and grading boots alike).
     boot_concurrency: int = attrs.field(default=16, validator=_positive)
-    #: Where sandboxes reach the middleware: a unix socket (``local``) or TCP at public_host.
+    #: Where sandboxes reach the middleware: a unix socket (``local``) or TCP at public_host
+    #: (``auto``: the address of the Ray node the agent-loop worker runs on).
     unix_socket: str | None = None
     public_host: str | None = None
     bind_host: str = "0.0.0.0"
