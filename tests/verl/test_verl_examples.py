@@ -83,3 +83,13 @@ def test_training_command_sets_only_keys_verls_config_has():
         assert entry.pop("name") == "agentrl"
         assert entry.pop("_target_") == "agentrl.verl.loop.AgentrlAgentLoop"
         VerlLoopOptions.from_mapping(entry)
+
+
+def test_trainers_doc_trajectory_snippet_runs():
+    """docs/trainers.md's TrajectoryManager snippet runs as printed (its asserts included)."""
+    text = (REPO / "docs" / "trainers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (snippet,) = [b for b in blocks if "tm = TrajectoryManager()" in b]
+    namespace: dict = {}
+    exec(compile(snippet, "docs/trainers.md", "exec"), namespace)
+    assert namespace["sample"].reward == 1.0
