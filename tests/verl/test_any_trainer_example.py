@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from rollout_support import CLI_DIR, REPO
-from test_verl_agent_loop import _script
+from verl_support import script_solution
 
 from agentrl.testing.scripted_engine import ScriptedEngine
 
@@ -34,7 +34,7 @@ async def test_any_trainer_example_trains_on_every_sampled_token(
     spec = importlib.util.spec_from_file_location("any_trainer", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    async with ScriptedEngine(qwen_tokenizer, responder=_script(qwen_tokenizer)) as engine:
+    async with ScriptedEngine(qwen_tokenizer, responder=script_solution(qwen_tokenizer)) as engine:
         steps = await example.main(
             [
                 "--engine-url",

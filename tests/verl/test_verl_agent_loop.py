@@ -16,132 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 
-import numpy as np
 import pytest
 import yaml
-from rollout_support import TASKS
-from verl_support import ForwardingServerManager, agent_loop_worker, import_verl, verl_config
+from verl_support import FIX, PROMPT, script_solution, serve, task_row, verl_row
 
-from agentrl.engines.sglang import SGLangEngine
-from agentrl.harnesses.claude_code import ClaudeCodeHarness
-from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
-
-#: verl's rollout.prompt_length in the end-to-end runs (Claude Code's first prompt is ~12k).
-PROMPT = 32768
+from agentrl.testing.scripted_engine import ScriptedReply
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
 ]
-
-FIX = (
-    "python3 - <<'PY'\nimport pathlib\np = pathlib.Path('textstats/core.py')\ns = p.read_text()\n"
-    "s = s.replace('text.split(\" \")', 'text.split()')\n"
-    "s = s.replace('        result.append(token)', "
-    "'        if token:\\n            result.append(token)')\np.write_text(s)\n"
-    "print('AGENTRL-' + 'FIX-APPLIED')\nPY"
-)
-
-
-def _script(tokenizer):
-    def reply(body, headers) -> ScriptedReply:
-        prompt = tokenizer.decode(body["input_ids"], skip_special_tokens=False)
-        if "AGENTRL-FIX-APPLIED" in prompt:
-            return ScriptedReply(text="All done: the fix is in place.")
-        call = json.dumps({"name": "Bash", "arguments": {"command": FIX}})
-        return ScriptedReply(text=f"Fixing it.\n<tool_call>\n{call}\n</tool_call>")
-
-    return reply
-
-
-def _task_row() -> dict:
-    row = json.loads(TASKS.read_text().splitlines()[0])
-    row["metadata"]["repo"] = str(TASKS.parent / row["metadata"]["repo"])
-    row["metadata"].pop("gold_patch_path", None)
-    return row
-
-
-def _verl_row(task: dict | None) -> dict:
-    """A row as verl's RLHFDataset hands it to an agent loop (the task in ``extra_info``)."""
-    extra = {"index": 0} if task is None else {"index": 0, "agentrl_task": task}
-    return {
-        "raw_prompt": np.array([{"role": "user", "content": "fix textstats"}], dtype=object),
-        "data_source": "agentrl/textstats",
-        "extra_info": extra,
-        "agent_name": "agentrl",
-    }
-
-
-@pytest.fixture
-def loop_config(tmp_path):
-    """An agent_loop_config_path file: the shipped entry, set for the local sandbox."""
-    from cli_support import host_install_of
-
-    binds, claude = host_install_of(ClaudeCodeHarness)
-    short = tempfile.mkdtemp(prefix="arl-")
-    entry = {
-        "name": "agentrl",
-        "_target_": "agentrl.verl.loop.AgentrlAgentLoop",
-        "harness": "claude_code",
-        "sandbox": "local",
-        "grader": "scaleswe",
-        "tool_parser": "hermes",
-        "reasoning_parser": "qwen3",
-        "unix_socket": f"{short}/mw.sock",
-        "port": 18001,
-        "sandbox_options": {"ro_binds": binds, "host_python": True},
-        "harness_options": {"cli_path": claude},
-        "rollout": {"agent_time_budget": 120, "eval_timeout": 120, "boot_retries": 0},
-    }
-    path = tmp_path / "agent_loop.yaml"
-    path.write_text(yaml.safe_dump([entry]))
-    yield path, entry
-    shutil.rmtree(short, ignore_errors=True)
-
-
-async def _run_rows(agent_loop, worker, rows):
-    """verl's own path for a batch: ``_run_agent_loop`` per row, then ``_postprocess``."""
-    params = {
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "top_k": -1,
-        "repetition_penalty": 1.0,
-        "logprobs": True,
-    }
-    outputs = []
-    for k, row in enumerate(rows):
-        trajectory = {"step": 1, "sample_index": k, "rollout_n": 0, "validate": False}
-        outputs.append(await worker._run_agent_loop(dict(params), trajectory, trace=False, **row))
-    return outputs, worker._postprocess(outputs, input_non_tensor_batch=None)
-
-
-async def _serve(
-    tokenizer, tokenizer_dir, path, responder, rows, *, prompt_length, response_length
-):
-    """Run ``rows`` through verl's worker methods, served by the scripted engine."""
-    agent_loop = import_verl()
-    from agentrl.verl.loop import close_stacks
-
-    config = verl_config(
-        tokenizer_dir,
-        prompt_length=prompt_length,
-        response_length=response_length,
-        loop_config=str(path),
-    )
-    engine = ScriptedEngine(tokenizer, responder=responder)
-    await engine.start()
-    client = SGLangEngine(engine.url)
-    manager = ForwardingServerManager(client)
-    worker = agent_loop_worker(agent_loop, config, tokenizer, manager)
-    try:
-        outputs, batch = await _run_rows(agent_loop, worker, rows)
-    finally:
-        await close_stacks()
-        await client.aclose()
-        await engine.close()
-    return outputs, batch, engine, manager
 
 
 async def test_a_verl_abort_is_continued_and_the_rollout_trains(
@@ -150,7 +35,7 @@ async def test_a_verl_abort_is_continued_and_the_rollout_trains(
     """verl aborts the first turn halfway (``stop_reason="aborted"``, a weight update): the
     middleware continues it as it does for SGLang and vLLM, and every sampled token trains."""
     path, _ = loop_config
-    script = _script(qwen_tokenizer)
+    script = script_solution(qwen_tokenizer)
     call = json.dumps({"name": "Bash", "arguments": {"command": FIX}})
     ids = list(qwen_tokenizer(f"Fixing it.\n<tool_call>\n{call}\n</tool_call>")["input_ids"])
     partial, rest = ids[: len(ids) // 2], ids[len(ids) // 2 :]
@@ -164,12 +49,12 @@ async def test_a_verl_abort_is_continued_and_the_rollout_trains(
             return ScriptedReply(ids=rest)
         return script(body, headers)
 
-    (out,), _, engine, manager = await _serve(
+    (out,), _, engine, manager = await serve(
         qwen_tokenizer,
         qwen_tokenizer_dir,
         path,
         aborting,
-        [_verl_row(_task_row())],
+        [verl_row(task_row())],
         prompt_length=PROMPT,
         response_length=4096,
     )
@@ -188,12 +73,12 @@ async def test_claude_code_rollout_through_verls_agent_loop(
     reward is the grader's; verl's padding, attention mask and position ids hold.
     """
     path, _ = loop_config
-    (out,), batch, engine, manager = await _serve(
+    (out,), batch, engine, manager = await serve(
         qwen_tokenizer,
         qwen_tokenizer_dir,
         path,
-        _script(qwen_tokenizer),
-        [_verl_row(_task_row())],
+        script_solution(qwen_tokenizer),
+        [verl_row(task_row())],
         prompt_length=PROMPT,
         response_length=4096,
     )
@@ -245,12 +130,12 @@ async def test_failed_rows_are_excluded_as_verl_expects(
     path, entry = loop_config
     broken = {**entry["sandbox_options"], "bwrap": "/nonexistent/bwrap"}
     path.write_text(yaml.safe_dump([{**entry, "sandbox_options": broken}]))
-    outputs, batch, engine, _ = await _serve(
+    outputs, batch, engine, _ = await serve(
         qwen_tokenizer,
         qwen_tokenizer_dir,
         path,
-        _script(qwen_tokenizer),
-        [_verl_row(None), _verl_row(_task_row())],
+        script_solution(qwen_tokenizer),
+        [verl_row(None), verl_row(task_row())],
         prompt_length=4096,
         response_length=1024,
     )

@@ -3,11 +3,17 @@ generate contract, and an ``AgentLoopWorker`` holding just what verl's own metho
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import sys
 
+import numpy as np
 import pytest
+from rollout_support import TASKS
+
+from agentrl.engines.sglang import SGLangEngine
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 #: Where ``make verl-deps`` installs verl and the few dependencies the venv lacks.
@@ -108,3 +114,85 @@ def agent_loop_worker(agent_loop, config, tokenizer, server_manager):
     for entry in OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path):
         agent_loop._agent_loop_registry[entry.name] = entry
     return worker
+
+
+#: verl's rollout.prompt_length in the end-to-end runs (Claude Code's first prompt is ~12k).
+PROMPT = 32768
+
+FIX = (
+    "python3 - <<'PY'\nimport pathlib\np = pathlib.Path('textstats/core.py')\ns = p.read_text()\n"
+    "s = s.replace('text.split(\" \")', 'text.split()')\n"
+    "s = s.replace('        result.append(token)', "
+    "'        if token:\\n            result.append(token)')\np.write_text(s)\n"
+    "print('AGENTRL-' + 'FIX-APPLIED')\nPY"
+)
+
+
+def script_solution(tokenizer):
+    def reply(body, headers) -> ScriptedReply:
+        prompt = tokenizer.decode(body["input_ids"], skip_special_tokens=False)
+        if "AGENTRL-FIX-APPLIED" in prompt:
+            return ScriptedReply(text="All done: the fix is in place.")
+        call = json.dumps({"name": "Bash", "arguments": {"command": FIX}})
+        return ScriptedReply(text=f"Fixing it.\n<tool_call>\n{call}\n</tool_call>")
+
+    return reply
+
+
+def task_row() -> dict:
+    row = json.loads(TASKS.read_text().splitlines()[0])
+    row["metadata"]["repo"] = str(TASKS.parent / row["metadata"]["repo"])
+    row["metadata"].pop("gold_patch_path", None)
+    return row
+
+
+def verl_row(task: dict | None) -> dict:
+    """A row as verl's RLHFDataset hands it to an agent loop (the task in ``extra_info``)."""
+    extra = {"index": 0} if task is None else {"index": 0, "agentrl_task": task}
+    return {
+        "raw_prompt": np.array([{"role": "user", "content": "fix textstats"}], dtype=object),
+        "data_source": "agentrl/textstats",
+        "extra_info": extra,
+        "agent_name": "agentrl",
+    }
+
+
+async def run_rows(agent_loop, worker, rows):
+    """verl's own path for a batch: ``_run_agent_loop`` per row, then ``_postprocess``."""
+    params = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
+    outputs = []
+    for k, row in enumerate(rows):
+        trajectory = {"step": 1, "sample_index": k, "rollout_n": 0, "validate": False}
+        outputs.append(await worker._run_agent_loop(dict(params), trajectory, trace=False, **row))
+    return outputs, worker._postprocess(outputs, input_non_tensor_batch=None)
+
+
+async def serve(tokenizer, tokenizer_dir, path, responder, rows, *, prompt_length, response_length):
+    """Run ``rows`` through verl's worker methods, served by the scripted engine."""
+    agent_loop = import_verl()
+    from agentrl.verl.loop import close_stacks
+
+    config = verl_config(
+        tokenizer_dir,
+        prompt_length=prompt_length,
+        response_length=response_length,
+        loop_config=str(path),
+    )
+    engine = ScriptedEngine(tokenizer, responder=responder)
+    await engine.start()
+    client = SGLangEngine(engine.url)
+    manager = ForwardingServerManager(client)
+    worker = agent_loop_worker(agent_loop, config, tokenizer, manager)
+    try:
+        outputs, batch = await run_rows(agent_loop, worker, rows)
+    finally:
+        await close_stacks()
+        await client.aclose()
+        await engine.close()
+    return outputs, batch, engine, manager
