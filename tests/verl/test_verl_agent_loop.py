@@ -145,3 +145,66 @@ async def test_failed_rows_are_excluded_as_verl_expects(
     assert [o.reward_score for o in outputs] == [0.0, 0.0]
     assert list(batch.non_tensor_batch["agentrl_trainable"]) == [False, False]
     assert not engine.served
+
+
+async def test_a_sub_agent_rollout_trains_the_main_chain_and_reports_the_rest(
+    loop_config, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """Claude Code dispatches a sub-agent: two chains, verl gets the main agent's one.
+
+    The trained row is the chain that finished the task (it holds the fix and the last
+    turn, never the sub-agent's prompt); the sub-agent's sampled tokens are counted in
+    ``agentrl_untrained_tokens``, and the two together are every token the engine sampled.
+    """
+    path, _ = loop_config
+    solve = script_solution(qwen_tokenizer)
+    agent_call = json.dumps(
+        {
+            "name": "Agent",
+            "arguments": {
+                "description": "Find the word code",
+                "prompt": "Which file defines words()?",
+                "subagent_type": "general-purpose",
+            },
+        }
+    )
+
+    def with_subagent(body, headers) -> ScriptedReply:
+        prompt = qwen_tokenizer.decode(body["input_ids"], skip_special_tokens=False)
+        if "cc_is_subagent=true" in prompt:
+            return ScriptedReply(text="The package lives in textstats/core.py.")
+        if "Async agent launched" not in prompt and "AGENTRL-FIX-APPLIED" not in prompt:
+            return ScriptedReply(
+                text=f"Let me look around first.\n<tool_call>\n{agent_call}\n</tool_call>"
+            )
+        return solve(body, headers)
+
+    (out,), batch, engine, _ = await serve(
+        qwen_tokenizer,
+        qwen_tokenizer_dir,
+        path,
+        with_subagent,
+        [verl_row(task_row())],
+        prompt_length=PROMPT,
+        response_length=8192,
+    )
+    extra = out.extra_fields
+    assert extra["agentrl_chains"] >= 2, extra
+    assert extra["agentrl_outcome"] == "solved" and out.reward_score == 1.0
+    trained = int(out.response_mask.sum())
+    assert extra["agentrl_untrained_tokens"] > 0
+    assert trained + extra["agentrl_untrained_tokens"] == sum(
+        len(g.output_ids) for g in engine.served
+    )
+    n_prompt = int(out.attention_mask[0, :PROMPT].sum())
+    text = qwen_tokenizer.decode(out.prompt_ids[0, PROMPT - n_prompt :].tolist())
+    assert "cc_is_subagent=true" not in text
+    assert "Fixing it." in qwen_tokenizer.decode(out.response_ids[0].tolist())
+    assert batch.batch["rm_scores"].sum().item() == 1.0
+    logging.getLogger(__name__).info(
+        "fan-out: chains=%d trained=%d untrained=%d reward=%s",
+        extra["agentrl_chains"],
+        trained,
+        extra["agentrl_untrained_tokens"],
+        out.reward_score,
+    )
