@@ -341,6 +341,19 @@ async def test_the_stack_builds_its_middleware_in_the_chosen_prompt_mode(qwen_to
         assert stack.middleware.prompt_mode == mode
 
 
+async def test_a_callers_engine_instance_is_served_as_it_is(qwen_tokenizer_dir):
+    """``engine_instance`` (a trainer's own client) is the middleware's engine; the engine
+    name is not looked up, and more than one worker process is refused."""
+    engine = WeightsFileEngine("/not/looked/up")
+    options = StackOptions(
+        engine="a-trainers-client", engine_instance=engine, tokenizer=str(qwen_tokenizer_dir)
+    )
+    async with Stack(options) as stack:
+        assert stack.engine is engine and stack.middleware.engine is engine
+    with pytest.raises(StackError, match="workers=2: a caller's engine is served by one process"):
+        Stack(attrs.evolve(options, workers=2))
+
+
 async def test_closing_an_e2b_stack_sweeps_only_its_own_leftovers(qwen_tokenizer_dir):
     """Each stack labels its sandboxes with a run id of its own; closing it kills the one
     it left alive (a lost create answer, a crash) and spares another stack's live one.

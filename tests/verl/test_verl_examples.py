@@ -93,3 +93,16 @@ def test_trainers_doc_trajectory_snippet_runs():
     namespace: dict = {}
     exec(compile(snippet, "docs/trainers.md", "exec"), namespace)
     assert namespace["sample"].reward == 1.0
+
+
+def test_supported_verl_is_the_version_installed_and_pinned():
+    """The verl the tests run is the one SUPPORTED_VERL names, the extra and make pin."""
+    import_verl()
+    from importlib.metadata import version
+
+    from agentrl.verl import SUPPORTED_VERL
+
+    installed = version("verl")
+    assert installed in SUPPORTED_VERL
+    assert f"verl=={installed}" in (REPO / "Makefile").read_text()
+    assert f'verl = ["verl=={installed}"]' in (REPO / "pyproject.toml").read_text()

@@ -25,6 +25,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
+from agentrl.verl import SUPPORTED_VERL
 from agentrl.verl.engine import VerlEngine
 from agentrl.verl.options import VerlLoopConfigError, VerlLoopOptions
 from agentrl.verl.outputs import excluded_output, rollout_output
@@ -32,6 +33,17 @@ from agentrl.verl.outputs import excluded_output, rollout_output
 __all__ = ["AgentrlAgentLoop", "close_stacks"]
 
 logger = logging.getLogger(__name__)
+
+#: The constructor arguments verl passes to every agent loop (``AgentLoopWorker``).
+_BASE_KWARGS = (
+    "trainer_config",
+    "server_manager",
+    "tokenizer",
+    "processor",
+    "dataset_cls",
+    "data_config",
+    "hf_model_type",
+)
 
 #: Keys verl's hydra call adds beside the YAML entry's own (the base class takes them).
 _VERL_KWARGS = ("name", "tools")
@@ -110,6 +122,7 @@ class AgentrlAgentLoop(AgentLoopBase):
         for key in _VERL_KWARGS:
             options.pop(key, None)
         super().__init__(*args, **kwargs)
+        _check_verl_version()
         self.options = VerlLoopOptions.from_mapping(options)
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
@@ -197,6 +210,30 @@ class AgentrlAgentLoop(AgentLoopBase):
             return await call
 
 
+def _check_verl_version() -> None:
+    """Warn once when the running verl is not a version this loop is tested against."""
+    global _version_checked
+    if _version_checked:
+        return
+    _version_checked = True
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        running = version("verl")
+    except PackageNotFoundError:
+        running = "unknown"
+    if running not in SUPPORTED_VERL:
+        logger.warning(
+            "verl %s: agentrl's agent loop is tested against verl %s; AgentLoopOutput and the "
+            "server manager's generate contract may differ (install agentrl[verl])",
+            running,
+            ", ".join(SUPPORTED_VERL),
+        )
+
+
+_version_checked = False
+
+
 def _public_host(configured: str | None) -> str | None:
     """The address sandboxes dial: as configured, or (``auto``) this Ray node's address.
 
@@ -214,15 +251,3 @@ def _metrics(result: Any) -> AgentLoopMetrics:
     engine = sum(turn.engine_seconds or 0.0 for turn in result.turn_facts)
     total = float(result.timings.get("total", 0.0))
     return AgentLoopMetrics(generate_sequences=engine, tool_calls=max(0.0, total - engine))
-
-
-#: The constructor arguments verl passes to every agent loop (``AgentLoopWorker``).
-_BASE_KWARGS = (
-    "trainer_config",
-    "server_manager",
-    "tokenizer",
-    "processor",
-    "dataset_cls",
-    "data_config",
-    "hf_model_type",
-)
