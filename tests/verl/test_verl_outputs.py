@@ -168,3 +168,18 @@ def test_public_host_auto_is_this_ray_nodes_address():
 
     assert _public_host("auto") == ray.util.get_node_ip_address()
     assert _public_host("10.1.2.3") == "10.1.2.3" and _public_host(None) is None
+
+
+def test_options_from_hydras_dictconfig_are_plain_python():
+    """hydra hands the YAML entry's values over as OmegaConf nodes; the options hold dicts and
+    lists (a harness gets a list of tarballs, not a ListConfig)."""
+    import_verl()
+    from omegaconf import OmegaConf
+
+    entry = OmegaConf.create(
+        {"harness_options": {"tarballs": ["/a.tgz"]}, "sandbox_options": {"binds": {"/x": "/y"}}}
+    )
+    options = VerlLoopOptions.from_mapping(entry)
+    assert type(options.harness_options["tarballs"]) is list
+    assert options.sandbox_options == {"binds": {"/x": "/y"}}
+    assert type(options.sandbox_options["binds"]) is dict

@@ -27,8 +27,7 @@ class VerlLoopConfigError(ValueError):
 
 def plain(value: Any) -> Any:
     """``value`` with OmegaConf containers turned into dicts and lists (hydra passes those)."""
-    to_container = getattr(type(value), "to_container", None)
-    if to_container is not None and hasattr(value, "_get_node"):
+    if type(value).__module__.startswith("omegaconf."):  # DictConfig, ListConfig
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(value, resolve=True)
