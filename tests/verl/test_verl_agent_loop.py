@@ -17,11 +17,24 @@ import json
 import logging
 import shutil
 
+import numpy as np
 import pytest
 import yaml
-from verl_support import FIX, PROMPT, script_solution, serve, task_row, verl_row
+from verl_support import (
+    FIX,
+    PROMPT,
+    ForwardingServerManager,
+    agent_loop_worker,
+    import_verl,
+    script_solution,
+    serve,
+    task_row,
+    verl_config,
+    verl_row,
+)
 
-from agentrl.testing.scripted_engine import ScriptedReply
+from agentrl.engines.sglang import SGLangEngine
+from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 
 pytestmark = [
     pytest.mark.slow,
@@ -208,3 +221,44 @@ async def test_a_sub_agent_rollout_trains_the_main_chain_and_reports_the_rest(
         extra["agentrl_untrained_tokens"],
         out.reward_score,
     )
+
+
+async def test_a_batch_through_verls_generate_sequences(
+    loop_config, qwen_tokenizer, qwen_tokenizer_dir
+):
+    """verl's ``AgentLoopWorker.generate_sequences`` on a DataProto: its sampling params,
+    rows run concurrently (both start the worker's one stack at once), one DataProto out."""
+    agent_loop = import_verl()
+    from verl.protocol import DataProto
+
+    from agentrl.verl.loop import close_stacks
+
+    path, _ = loop_config
+    config = verl_config(
+        qwen_tokenizer_dir, prompt_length=PROMPT, response_length=4096, loop_config=str(path)
+    )
+    rows = [verl_row(task_row()), verl_row(None)]
+    columns = {key: np.empty(len(rows), dtype=object) for key in rows[0]}
+    for key, column in columns.items():
+        column[:] = [row[key] for row in rows]
+    batch = DataProto(non_tensor_batch=columns, meta_info={"global_steps": 3, "validate": False})
+    async with ScriptedEngine(qwen_tokenizer, responder=script_solution(qwen_tokenizer)) as engine:
+        client = SGLangEngine(engine.url)
+        manager = ForwardingServerManager(client)
+        worker = agent_loop_worker(agent_loop, config, qwen_tokenizer, manager)
+        try:
+            out = await worker.generate_sequences(batch)
+        finally:
+            await close_stacks()
+            await client.aclose()
+    assert list(out.non_tensor_batch["agentrl_trainable"]) == [True, False]
+    assert list(out.non_tensor_batch["agentrl_outcome"]) == ["solved", None]
+    assert out.batch["rm_scores"].sum(dim=1).tolist() == [1.0, 0.0]
+    assert out.batch["response_mask"][0].sum().item() == sum(
+        len(g.output_ids) for g in engine.served
+    )
+    assert out.batch["response_mask"][1].sum().item() == 0
+    # verl's sampling params from its rollout config reached the engine, log-probs on.
+    assert {(c["temperature"], c["top_p"], c["logprobs"]) for c in manager.calls} == {
+        (1.0, 1.0, True)
+    }
