@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentrl.cli.options import json_object_option
+from agentrl.cli.wording import count
 from agentrl.graders.check import sandbox_factory_for
 from agentrl.graders.tasks import AUTO_GRADER, TaskLoadError, load_tasks, select_grader
 from agentrl.plugins import PluginError
@@ -95,7 +96,8 @@ def list_command(
         _print_table(report)
     missing = report.missing
     click.echo(
-        f"{len(report.needs)} images for {sum(len(n.tasks) for n in report.needs)} tasks on "
+        f"{count(len(report.needs), 'image')} for "
+        f"{count(sum(len(n.tasks) for n in report.needs), 'task')} on "
         f"the {report.backend} daemon at {report.where}: {len(missing)} missing",
         err=True,
     )
@@ -136,7 +138,7 @@ def pull_command(
             click.echo(f"failed: {need.name}: {'; '.join(errors)}", err=True)
     present = len(report.needs) - len(report.missing)
     click.echo(
-        f"{len(report.needs)} images: {present} already present, "
+        f"{count(len(report.needs), 'image')}: {present} already present, "
         f"{len(report.missing) - failed} pulled, {failed} failed",
         err=True,
     )

@@ -142,8 +142,8 @@ async def run_with_progress(runner: Runner, jobs: Sequence[Any]) -> RunSummary:
     "--grader",
     default=None,
     type=PluginName("grader", also=("auto",)),
-    help="Grader plugin, or 'auto' to pick per row [default: AGENTRL_TRAIN_GRADER / "
-    "AGENTRL_EVAL_GRADER, else scaleswe].",
+    help="Grader plugin, or 'auto' to pick per row (what check-tasks and images do) "
+    "[default: AGENTRL_TRAIN_GRADER / AGENTRL_EVAL_GRADER, else auto].",
 )
 @click.option(
     "--engine",
@@ -245,10 +245,12 @@ def rollout_command(**kw: Any) -> None:
            an unknown --sandbox-options or --harness-options key
       130  interrupted (Ctrl-C); re-run the same command to resume
     """
-    from agentrl.graders.tasks import select_grader
+    from agentrl.graders.tasks import AUTO_GRADER, select_grader
 
     evaluation = kw["evaluation"]
-    grader = kw["grader"] or select_grader(None, evaluation=evaluation)
+    # The same default as check-tasks and images: each row names its grader, so all three
+    # commands parse a row alike and name the same image for it.
+    grader = kw["grader"] or select_grader(None, evaluation=evaluation, default=AUTO_GRADER)
     rows = load_task_files(kw["tasks"], grader=grader, evaluation=evaluation)
     tasks = [row.task for row in rows]
     tasks = _select_tasks(tasks, kw["instances"], kw["limit"])

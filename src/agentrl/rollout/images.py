@@ -30,7 +30,7 @@ class MissingImagesError(StackError):
         count = len(report.missing_tasks())
         files = " ".join(task_files) or "TASKS"
         super().__init__(
-            f"{count} task{'s' if count != 1 else ''} need images the {report.backend} "
+            f"{count} task{'s need' if count != 1 else ' needs'} images the {report.backend} "
             f"daemon at {report.where} does not hold (nothing was started):\n"
             f"{report.describe_missing()}\n"
             f"get them with: agentrl images pull {files}\n"

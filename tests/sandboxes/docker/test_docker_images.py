@@ -230,12 +230,13 @@ def test_check_tasks_counts_a_broken_tasks_missing_image_apart(dockerd_host, tmp
 
 
 def test_check_tasks_images_list_and_the_rollout_name_the_same_image(
-    dockerd_host, docker_base_image, tmp_path
+    dockerd_host, docker_base_image, scripted_engine, qwen_tokenizer_dir, tmp_path
 ):
     """A swebench row (the bundled semver_lite-1 under another id) that names its own image:
     two candidates, swebench's locally built instance image first, neither on the daemon.
     ``check-tasks``, ``agentrl images list`` and the rollout's pre-check (all with the
-    grader chosen per row) name the task's image the same way, as a boot would try it."""
+    grader chosen per row) name the task's image the same way, as a boot would try it; so
+    does ``agentrl rollout`` with its default grader (no --grader, no environment)."""
     row = json.loads((EXAMPLES / "swebench.jsonl").read_text().splitlines()[0])
     row["label"] = "semver_lite-twin"
     row["metadata"]["repo"] = str(EXAMPLES / row["metadata"]["repo"])
@@ -269,6 +270,29 @@ def test_check_tasks_images_list_and_the_rollout_name_the_same_image(
     with pytest.raises(MissingImagesError) as raised:
         asyncio.run(check_images(stack, [r.task for r in load_tasks(tasks, grader="auto")]))
     assert f"  {expected}  (1 task: semver_lite-twin)" in str(raised.value)
+
+    env = {"AGENTRL_TRAIN_GRADER": "", "AGENTRL_TRAIN_PROTOCOL": "", "SWE_TRAIN_PROTOCOL": ""}
+    rolled = runner.invoke(
+        cli,
+        [
+            "rollout",
+            str(tasks),
+            "--sandbox",
+            "docker",
+            "--sandbox-options",
+            options,
+            "--engine-url",
+            scripted_engine.url,
+            "--tokenizer",
+            str(qwen_tokenizer_dir),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env=env,
+    )
+    assert rolled.exit_code == 1, rolled.output
+    assert f"  {expected}  (1 task: semver_lite-twin)" in rolled.output
+    assert not scripted_engine.served
 
 
 def test_semver_lite_grades_under_docker_from_its_built_image(dockerd_host, docker_base_image):
