@@ -464,3 +464,27 @@ def test_same_key_is_exact():
                 assert message_key(ma) == message_key(mb), (a, b)
     assert same_key({"a": 1, "b": "x"}, {"b": "x", "a": 1})
     assert not same_key({"a": float("nan")}, {"a": float("nan")})
+
+
+@PROFILE
+@given(
+    runs=st.lists(
+        st.tuples(st.booleans(), st.lists(st.floats(allow_nan=False), min_size=1, max_size=6)),
+        max_size=12,
+    )
+)
+def test_response_tuples_equal_the_plain_conversion(runs):
+    """A response region's mask and log-probs built run by run (untrained runs sharing one
+    0.0) equal ``tuple(mask)`` and ``tuple(logprobs.tolist())``, types included."""
+    from array import array
+
+    from agentrl.trajectory.linearize import _response_tuples
+
+    mask, logprobs = bytearray(), array("d")
+    for trained, values in runs:
+        mask.extend((1 if trained else 0,) * len(values))
+        logprobs.extend(values if trained else [0.0] * len(values))
+    got_mask, got_logprobs = _response_tuples(mask, logprobs)
+    assert got_mask == tuple(mask) and all(type(bit) is int for bit in got_mask)
+    expected = tuple(logprobs.tolist())
+    assert [repr(v) for v in got_logprobs] == [repr(v) for v in expected]

@@ -154,13 +154,44 @@ class _Builder:
                 span[0].index: dict(span[0].metadata) for span in kept if span[0].metadata
             },
         }
+        loss_mask, logprobs = _response_tuples(mask, self.logprobs)
+        tokens = self.tokens if end == len(self.tokens) else self.tokens[:end]
         return SampleParts(
-            tokens=tuple(self.tokens[:end].tolist()),
+            tokens=tuple(tokens),
             prompt_length=self.prompt_length,
-            loss_mask=tuple(mask),
-            logprobs=tuple(self.logprobs[:response_length].tolist()),
+            loss_mask=loss_mask,
+            logprobs=logprobs,
             metadata=metadata,
         )
+
+
+def _response_tuples(mask: bytearray, logprobs: array) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The loss mask and the log-probs of a response region as tuples, run by run.
+
+    An untrained position always holds log-prob 0.0 (:class:`_Builder` writes
+    :func:`zero_logprobs` there), so an untrained run refers to one ``0.0`` object instead
+    of a new float per position, and only trained log-probs become Python floats: a
+    128k-token sample with 4k trained tokens makes 4k floats, not 128k.
+    """
+    mask_out: list[int] = []
+    logprobs_out: list[float] = []
+    size = len(mask)
+    start = 0
+    while start < size:
+        trained = mask.find(1, start)
+        if trained < 0:
+            trained = size
+        if trained > start:
+            mask_out += [0] * (trained - start)
+            logprobs_out += [0.0] * (trained - start)
+        if trained == size:
+            break
+        start = mask.find(0, trained)
+        if start < 0:
+            start = size
+        mask_out += [1] * (start - trained)
+        logprobs_out += logprobs[trained:start].tolist()
+    return tuple(mask_out), tuple(logprobs_out)
 
 
 def _classify(builder: _Builder, turn: TurnTokens, shared: int, fork_threshold: int) -> DriftKind:
