@@ -74,3 +74,60 @@ def test_same_exact_key_never_says_yes_wrongly(a, b):
         assert same_exact_key(a, copy.deepcopy(a))
     assert not same_exact_key({"x": 1, "y": 2}, {"y": 2, "x": 1})
     assert not same_exact_key([1], [1.0]) and not same_exact_key([1], [True])
+
+
+def _twin(value, flip):
+    """A copy of ``value`` with what ``==`` cannot see changed where ``flip()`` says:
+    ``1`` / ``1.0`` / ``True``, ``0.0`` / ``-0.0``, a dict's key order, a list / tuple."""
+    if isinstance(value, dict):
+        items = [(k, _twin(v, flip)) for k, v in value.items()]
+        return dict(reversed(items) if flip() else items)
+    if isinstance(value, list):
+        items = [_twin(v, flip) for v in value]
+        return tuple(items) if flip() else items
+    if type(value) is bool and flip():
+        return int(value)
+    if type(value) is int and value in (0, 1) and flip():
+        return float(value) if flip() else bool(value)
+    if type(value) is float and value == 0.0 and flip():
+        return -value
+    return value
+
+
+@given(JSON, st.lists(st.booleans(), max_size=64))
+def test_same_exact_key_sees_what_equality_cannot(value, flips):
+    """A value and a twin ``==`` calls equal (types, signed zeros, key order, tuples):
+    ``same_exact_key`` says yes only where their exact keys are equal, and for an
+    unchanged copy always (a NaN is the same object in both)."""
+    import copy
+
+    from agentrl.adapters.keys import exact_key, same_exact_key
+
+    answers = iter(flips)
+    twin = _twin(value, lambda: next(answers, False))
+    if same_exact_key(value, twin):
+        assert exact_key({"v": value}) == exact_key({"v": twin})
+    assert same_exact_key(value, copy.copy(value))
+
+
+def test_same_exact_key_refuses_types_json_writes_otherwise():
+    """Subclasses, enums, dates and UUIDs equal to plain values are never taken for them."""
+    import datetime
+    import enum
+    import uuid
+
+    from agentrl.adapters.keys import exact_key, same_exact_key
+
+    class Flag(enum.IntEnum):
+        ON = 1
+
+    class Text(str):
+        def __repr__(self):
+            return "Text()"
+
+    day = datetime.date(2026, 1, 2)
+    tag = uuid.UUID(int=7)
+    pairs = [([Flag.ON], [1]), ({"a": Text("x")}, {"a": "x"}), ([day], [day.isoformat()])]
+    pairs += [([tag], [str(tag)]), ({"a": [1]}, {"a": (1,)})]
+    for a, b in pairs:
+        assert not same_exact_key(a, b) or exact_key({"v": a}) == exact_key({"v": b}), (a, b)

@@ -3,7 +3,9 @@
 ``exact_key`` keeps key order (a chat template renders keys in the order given);
 ``loose_key`` is a message as a client may replay it: text trimmed, no reasoning, keys in
 any order. ``same_exact_key`` says, without writing either key, when two messages'
-exact keys are equal for certain.
+exact keys are equal for certain: ``a == b`` (in C), then their orjson texts compared
+(also in C; orjson keeps key order and writes ``1``, ``1.0``, ``true`` and ``-0.0``
+apart), and a walk of both values only where orjson cannot write them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from agentrl.trajectory import message_key
 
@@ -41,10 +45,31 @@ def same_exact_key(a: Any, b: Any) -> bool:
     ``-0.0``), dict keys in the same order, equal strings. False whenever unsure (a NaN,
     a type outside JSON's, a dict subclass, nesting too deep): the caller writes the keys.
     """
+    if a is b:
+        return True
+    try:
+        if a != b:
+            return False
+        return orjson.dumps(a, option=_EXACT) == orjson.dumps(b, option=_EXACT)
+    except RecursionError:
+        return False
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # a type orjson does not write as json.dumps would: compare them in Python
     try:
         return _same(a, b)
     except RecursionError:
         return False
+
+
+#: orjson refuses subclasses, dataclasses and dates instead of writing them as their base
+#: type or a string (``json.dumps`` would write some of them otherwise). A value ``==``
+#: holds for, written alike, has the same exact key: equal texts mean the same key order
+#: and the same JSON types, and a NaN (written ``null``) can only face itself there.
+_EXACT = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
 
 
 def _same(a: Any, b: Any) -> bool:
