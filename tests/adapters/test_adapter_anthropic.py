@@ -208,6 +208,43 @@ def test_unknown_role_is_rejected_naming_the_field():
     assert info.value.status == 400 and info.value.message.startswith("messages[0].role:")
 
 
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ("x", "messages[0]: expected an object, got str"),
+        ({"role": "user", "content": 3}, "messages[0].content: expected an array, got int"),
+        ({"role": "user", "content": [7]}, "messages[0].content[0]: expected an object, got int"),
+        (
+            {"role": "user", "content": [{"type": "text", "text": 1}]},
+            "messages[0].content[0][0].text: expected a string, got int",  # the block as a list
+        ),
+        ({"role": "assistant", "content": {}}, "messages[0].content: expected an array, got dict"),
+        (
+            {"role": "assistant", "content": [None]},
+            "messages[0].content[0]: expected an object, got null",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": []}]},
+            "messages[0].content[0].thinking: expected a string, got list",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "tool_use", "input": {}}]},
+            "messages[0].content[0].name: expected a string, got null",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": []}]},
+            "messages[0].content[0].input: expected an object, got list",
+        ),
+    ],
+)
+def test_a_malformed_block_is_a_400_naming_its_field(message, error):
+    """Every type check on a message's blocks names the field that failed (the names are
+    written only for the error)."""
+    with pytest.raises(ProtocolError) as info:
+        ADAPTER.parse_request({"messages": [message]}, {})
+    assert info.value.status == 400 and info.value.message == error
+
+
 def _captured_body(scenario: str) -> dict:
     return json.loads((FIXTURES / "claude_code" / scenario).read_text())["body"]
 

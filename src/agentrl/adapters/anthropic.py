@@ -59,7 +59,7 @@ _ERROR_TYPES = {
 def _block_text(block: Mapping[str, Any], field: str) -> str | None:
     kind = block.get("type")
     if kind == "text":
-        return expect_type(block.get("text"), str, f"{field}.text") or ""
+        return _text_field(block, "text", field)
     if kind in ("image", "document"):
         return f"[{kind} omitted]"
     if isinstance(block.get("text"), str):
@@ -79,27 +79,43 @@ def _tool_result_text(block: Mapping[str, Any], field: str) -> str:
     return text
 
 
+def _text_field(block: Mapping[str, Any], key: str, field: str) -> str:
+    """``block[key]`` as a string ("" when absent), a 400 naming ``field.key`` otherwise.
+
+    The field's name is written only for the error: a request holds thousands of blocks.
+    """
+    value = block.get(key)
+    if type(value) is str:
+        return value
+    return expect_type(value, str, f"{field}.{key}") or ""
+
+
 def translate_assistant(content: Any, field: str) -> tuple[dict[str, Any], list[str]]:
     """An assistant message's blocks as one chat message, plus the wire ids it carries."""
     if isinstance(content, str):
         return {"role": "assistant", "content": content}, []
-    expect_type(content, list, field, optional=False)
+    if type(content) is not list:
+        expect_type(content, list, field, optional=False)
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     ids: list[str] = []
     for i, block in enumerate(content):
-        expect_type(block, dict, f"{field}[{i}]", optional=False)
+        if type(block) is not dict:
+            expect_type(block, dict, f"{field}[{i}]", optional=False)
         kind = block.get("type")
         if kind == "text":
-            texts.append(expect_type(block.get("text"), str, f"{field}[{i}].text") or "")
+            texts.append(_text_field(block, "text", f"{field}[{i}]"))
         elif kind == "thinking":
-            thinking.append(expect_type(block.get("thinking"), str, f"{field}[{i}].thinking") or "")
+            thinking.append(_text_field(block, "thinking", f"{field}[{i}]"))
             if isinstance(block.get("signature"), str):
                 ids.append(block["signature"])
         elif kind in ("tool_use", "server_tool_use"):
-            name = expect_type(block.get("name"), str, f"{field}[{i}].name", optional=False)
-            arguments = expect_type(block.get("input"), dict, f"{field}[{i}].input")
+            name, arguments = block.get("name"), block.get("input")
+            if type(name) is not str:
+                name = expect_type(name, str, f"{field}[{i}].name", optional=False)
+            if type(arguments) is not dict:
+                arguments = expect_type(arguments, dict, f"{field}[{i}].input")
             calls.append(chat_tool_call(name, arguments or {}))
             if isinstance(block.get("id"), str):
                 ids.append(block["id"])
@@ -123,7 +139,8 @@ def translate_messages(
     pending_ids: list[tuple[int, str]] = []
     for i, raw in enumerate(raw_messages):
         field = f"messages[{i}]"
-        expect_type(raw, dict, field, optional=False)
+        if type(raw) is not dict:
+            expect_type(raw, dict, field, optional=False)
         role = raw.get("role")
         content = raw.get("content")
         if role == "assistant":
@@ -136,11 +153,13 @@ def translate_messages(
             if isinstance(content, str):
                 messages.append({"role": "user", "content": content})
                 continue
-            expect_type(content, list, f"{field}.content", optional=False)
+            if type(content) is not list:
+                expect_type(content, list, f"{field}.content", optional=False)
             texts: list[str] = []
             for j, block in enumerate(content):
                 bfield = f"{field}.content[{j}]"
-                expect_type(block, dict, bfield, optional=False)
+                if type(block) is not dict:
+                    expect_type(block, dict, bfield, optional=False)
                 if block.get("type") == "tool_result":
                     if texts:
                         messages.append({"role": "user", "content": "\n".join(texts)})
