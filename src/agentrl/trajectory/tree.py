@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import math
+import operator
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -87,39 +88,48 @@ class KeyCache:
     A message of the previous turn (its prompt or its response) is not keyed again: the
     same object (the middleware passes what it recorded), or at the same position a message
     :func:`same_key` proves equal (a client's fresh copy); every other message is keyed.
-    It holds references to those objects (so an id is never reused while cached), which
-    the caller keeps alive anyway. A message changed in place after it was recorded keeps
-    its old key: record a copy instead.
+    The leading run of messages that are the previous turn's objects at the same positions
+    (a turn that extends the last one) is found and its keys copied at C speed, so a turn
+    costs what its new messages need, not the history's length. It holds references to
+    those objects (so an id is never reused while cached), which the caller keeps alive
+    anyway. A message changed in place after it was recorded keeps its old key: record a
+    copy instead.
     """
 
-    __slots__ = ("_by_id", "_by_position")
+    __slots__ = ("_by_id", "_keys", "_objects")
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Any, bytes]] = {}
-        self._by_position: list[tuple[Any, bytes]] = []
+        self._objects: list[Any] = []
+        self._keys: list[bytes] = []
 
     def digests(
         self, messages: Sequence[Mapping[str, Any]], response: Mapping[str, Any] | None
     ) -> tuple[list[bytes], bytes | None]:
         """Digests of ``messages`` and ``response``; these objects become the cache."""
-        previous, by_position = self._by_id, self._by_position
-        entries: list[tuple[Any, bytes]] = []
-        keys = []
-        for position, message in enumerate(
-            (*messages, response) if response is not None else messages
-        ):
+        values = [*messages, response] if response is not None else list(messages)
+        objects, known, previous = self._objects, self._keys, self._by_id
+        same = list(map(operator.is_, values, objects))
+        kept = same.index(False) if False in same else len(same)
+        keys = known[:kept]
+        for position in range(kept, len(values)):
+            message = values[position]
             hit = previous.get(id(message))
             if hit is None or hit[0] is not message:
-                hit = by_position[position] if position < len(by_position) else None
+                hit = (objects[position], known[position]) if position < len(objects) else None
                 if hit is None or not same_key(message, hit[0]):
                     hit = None
-            key = hit[1] if hit is not None else message_digest(message)
-            entries.append((message, key))
-            keys.append(key)
-        self._by_id = {id(entry[0]): entry for entry in entries}
-        self._by_position = entries
+            keys.append(hit[1] if hit is not None else message_digest(message))
+        if kept < len(objects):
+            previous = {
+                id(message): (message, key) for message, key in zip(values, keys, strict=True)
+            }
+        else:  # the previous objects all stay where they were: only the new ones are added
+            for position in range(kept, len(values)):
+                previous[id(values[position])] = (values[position], keys[position])
+        self._by_id, self._objects, self._keys = previous, values, keys
         if response is None:
-            return keys, None
+            return list(keys), None
         return keys[:-1], keys[-1]
 
 
