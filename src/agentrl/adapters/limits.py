@@ -187,17 +187,20 @@ def decode_json(raw: bytes, what: str = "request body") -> Any:
 def check_depth(value: Any, what: str = "request body") -> None:
     """A 400 when ``value`` nests objects and arrays deeper than :data:`MAX_JSON_DEPTH`.
 
-    Walks the containers only, one level at a time (strings are not visited).
+    ``value`` is what a JSON parser returns (its containers are exact ``dict`` and
+    ``list``). Walks the containers only, one level at a time (strings are not visited);
+    exact type checks, not ``isinstance``, since every child of every container is checked.
     """
-    level = [value] if isinstance(value, (dict, list)) else []
+    level = [value] if type(value) is dict or type(value) is list else []
     depth = 0
     while level:
         if depth >= MAX_JSON_DEPTH:
             raise too_deep(what)
         below: list[Any] = []
         for item in level:
-            for child in item.values() if isinstance(item, dict) else item:
-                if isinstance(child, (dict, list)):
+            for child in item.values() if type(item) is dict else item:
+                kind = type(child)
+                if kind is dict or kind is list:
                     below.append(child)
         level = below
         depth += 1
