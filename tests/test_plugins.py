@@ -506,12 +506,13 @@ def test_broken_entry_point_does_not_break_the_command_line(tmp_path):
 
 def test_command_needing_the_broken_plugin_fails_in_one_line(tmp_path):
     """A command asking for a sandbox nobody registered fails in one line naming the plugin
-    that failed to load, not with a traceback."""
+    that failed to load, not with a traceback: a usage error (exit 2), reported before the
+    (empty) tasks file is read."""
     root = _broken_distribution(tmp_path / "site")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("")
     result = _agentrl("check-tasks", str(tasks), "--sandbox", "modal", pythonpath=root)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.stderr
     assert "sandbox 'modal' is not available" in errors[0]

@@ -136,7 +136,9 @@ def gold_patches() -> dict[str, str]:
             patch = record.get("patch") or ""
             if "smith" in path.name:  # the record's patch plants the bug
                 patch = reversed_diff(patch)
-            found[f"{path.stem}/{record['instance_id']}"] = patch
+            # R2E-Gym rows name their instance by image and carry no patch.
+            name = record.get("instance_id") or record.get("docker_image")
+            found[f"{path.stem}/{name}"] = patch
     return found
 
 

@@ -40,15 +40,16 @@ RAY_KEYS = {"node_id", "node_ip", "rescheduled"}
 
 
 async def test_an_address_without_a_cluster_is_one_line_and_ray_loads_only_on_use(
-    tmp_path, qwen_tokenizer_dir
+    tmp_path, qwen_tokenizer_dir, scripted_engine
 ):
-    """``--ray HOST:PORT`` where nothing listens: exit 1 within seconds naming the address,
-    no traceback; importing the Ray runner does not import ``ray``."""
+    """``--ray HOST:PORT`` where nothing listens (the engine answers, so its check passes):
+    exit 1 within seconds naming the address, no traceback; importing the Ray runner does
+    not import ``ray``."""
     port = free_port()
     args = rollout_args(
         example_task_file(tmp_path),
         tmp_path / "out",
-        "http://127.0.0.1:9",
+        scripted_engine.url,
         qwen_tokenizer_dir,
         tmp_path / "sb",
         "--ray",
