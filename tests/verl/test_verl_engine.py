@@ -95,3 +95,28 @@ def test_something_that_is_not_a_server_manager_is_refused():
     """A wrong object fails at construction, naming what was expected."""
     with pytest.raises(TypeError, match="server manager"):
         VerlEngine(object())
+
+
+async def test_a_budget_hit_verls_vllm_server_calls_completed_is_a_length_finish():
+    """verl's vLLM server reports vLLM's ``length`` as ``completed``: an output that used all
+    of ``max_tokens`` is ``length`` again, unless it ends in EOS or a stop token id (vLLM
+    checks those first); SGLang's ``length`` passes through."""
+    manager = RecordingManager(
+        _token_output(token_ids=[5, 6, 7], log_probs=[-0.1] * 3, stop_reason="completed"),
+        _token_output(token_ids=[5, 6, 2], log_probs=[-0.1] * 3, stop_reason="completed"),
+        _token_output(token_ids=[5, 6, 9], log_probs=[-0.1] * 3, stop_reason="completed"),
+        _token_output(token_ids=[5, 6], log_probs=[-0.1] * 2, stop_reason="completed"),
+        _token_output(token_ids=[5, 6], log_probs=[-0.1] * 2, stop_reason="length"),
+    )
+    engine = VerlEngine(manager, eos_token_ids=[2])
+    finishes = [
+        (await engine.generate([1], params, routing_key="s")).finish_reason
+        for params in (
+            {"max_new_tokens": 3},
+            {"max_new_tokens": 3},
+            {"max_new_tokens": 3, "stop_token_ids": [9]},
+            {"max_new_tokens": 3},
+            {"max_new_tokens": 3},
+        )
+    ]
+    assert finishes == ["length", "stop", "stop", "stop", "length"]

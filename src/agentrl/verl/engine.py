@@ -14,7 +14,7 @@ verl's ``generate`` signature.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from agentrl.engines.base import Engine, EngineError, Generation
@@ -52,15 +52,29 @@ def verl_sampling_params(sampling_params: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-def finish_reason_of(stop_reason: str | None) -> str:
+def finish_reason_of(
+    stop_reason: str | None,
+    token_ids: Sequence[int] = (),
+    max_tokens: int | None = None,
+    stop_ids: Collection[int] = (),
+) -> str:
     """agentrl's finish reason for verl's ``TokenOutput.stop_reason``.
 
     verl says ``aborted`` (vLLM) or ``abort`` (SGLang) for a generation its trainer stopped
-    (a weight update), ``length`` for a budget hit, ``completed``/``stop`` otherwise.
+    (a weight update). Its SGLang server passes ``length`` through for a budget hit, but its
+    vLLM server (0.9.1) folds vLLM's ``length`` into ``completed``: a ``completed`` output
+    that used all of ``max_tokens`` and does not end in one of ``stop_ids`` (EOS, the turn's
+    stop token ids; vLLM checks them before the budget) is ``length``, as vLLM said.
     """
     if stop_reason in ("aborted", "abort"):
         return "abort"
     if stop_reason == "length":
+        return "length"
+    if (
+        max_tokens is not None
+        and len(token_ids) >= max_tokens > 0
+        and token_ids[-1] not in stop_ids
+    ):
         return "length"
     return "stop"
 
@@ -80,7 +94,7 @@ class VerlEngine(Engine):
 
     name: ClassVar[str] = "verl"
 
-    def __init__(self, server_manager: Any) -> None:
+    def __init__(self, server_manager: Any, *, eos_token_ids: Collection[int] = ()) -> None:
         if not callable(getattr(server_manager, "generate", None)):
             raise TypeError(
                 f"VerlEngine needs verl's server manager (an object with an async "
@@ -88,6 +102,8 @@ class VerlEngine(Engine):
                 f"{type(server_manager).__name__}"
             )
         self.server_manager = server_manager
+        #: The model's end-of-sequence ids: an output that ends in one at the budget stopped.
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
         self._steps: dict[str, tuple[Any, Any]] = {}
 
     async def generate(
@@ -100,10 +116,11 @@ class VerlEngine(Engine):
     ) -> Generation:
         """One turn through verl; raises ``EngineError`` when verl returns no log-probs."""
         request_id = routing_key or rid or "agentrl"
+        params = verl_sampling_params(sampling_params)
         output = await self.server_manager.generate(
             request_id,
             prompt_ids=list(input_ids),
-            sampling_params=verl_sampling_params(sampling_params),
+            sampling_params=dict(params),  # verl's servers pop keys from the dict they get
         )
         token_ids = [int(t) for t in output.token_ids]
         logprobs = output.log_probs
@@ -122,7 +139,12 @@ class VerlEngine(Engine):
         return Generation(
             output_ids=token_ids,
             logprobs=[float(lp) for lp in logprobs],
-            finish_reason=finish_reason_of(getattr(output, "stop_reason", None)),
+            finish_reason=finish_reason_of(
+                getattr(output, "stop_reason", None),
+                token_ids,
+                params.get("max_tokens"),
+                self.eos_token_ids | set(params.get("stop_token_ids") or ()),
+            ),
             meta={"stop_reason": getattr(output, "stop_reason", None), **extra},
         )
 

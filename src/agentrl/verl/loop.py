@@ -142,7 +142,7 @@ class AgentrlAgentLoop(AgentLoopBase):
         if worker is None:
             worker = _stacks[key] = _WorkerStack(
                 self.options,
-                VerlEngine(self.server_manager),
+                VerlEngine(self.server_manager, eos_token_ids=_eos_ids(self.tokenizer)),
                 self._tokenizer_path(),
                 self.prompt_length + self.response_length,
             )
@@ -244,6 +244,14 @@ def _public_host(configured: str | None) -> str | None:
     import ray
 
     return str(ray.util.get_node_ip_address())
+
+
+def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's end-of-sequence id(s) (an int, a list, or None)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        return ()
+    return tuple(int(t) for t in eos) if isinstance(eos, list | tuple) else (int(eos),)
 
 
 def _metrics(result: Any) -> AgentLoopMetrics:
