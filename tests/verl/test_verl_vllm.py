@@ -173,7 +173,8 @@ async def test_a_mini_swe_agent_rollout_served_by_vllm_through_verls_loop(
     assert served, (extra, vllm_server.log_tail())
     assert extra["agentrl_outcome"] in {"unsolved", "agent_error", "context_overflow"}, extra
     assert extra["agentrl_trainable"] is True and extra["agentrl_abort_reason"] is None, extra
-    assert extra["agentrl_turns"] == len(served) and extra["agentrl_sampled_tokens"] == len(sampled)
+    # A turn whose prompt fills the budget ends without an engine call: turns >= calls.
+    assert extra["agentrl_turns"] >= len(served) and extra["agentrl_sampled_tokens"] == len(sampled)
     assert (extra["min_global_steps"], extra["max_global_steps"]) == (1, 1)
     # One sticky request id per session; log-probs always asked for.
     assert {c["request_id"] for c in manager.calls} == {extra["agentrl_session_id"]}
