@@ -1,20 +1,29 @@
-"""The benchmarks' client side: a Claude-Code-shaped session, played from a child process.
+"""The benchmarks' load generator and scripted engine, in processes of their own.
 
-The child process runs a scripted SGLang engine and the load generator (the clients), so
-the process under test does only its own work. The engine answers every ``/generate``
-exactly ``delay`` seconds after the request arrived (``ScriptedEngine(delay_from_arrival=
-True)``: its own JSON parsing and checks happen inside that time), so what the middleware
-adds is measured at the client: client latency minus the known delay. The client encodes
-each request body before it starts the clock and parses the reply after it stops, so its
-own JSON work is not charged to the middleware: the clock runs from the request's first
-byte written to the reply's last byte read.
+The process under test does only its own work: a scripted SGLang engine runs in one child
+process and the clients (:mod:`_client`) in one or more others, each reporting its own CPU
+time, so a saturated load generator shows in the figures instead of passing for the
+middleware's latency. The engine answers every ``/generate`` exactly ``delay`` seconds
+after the request arrived (``ScriptedEngine(delay_from_arrival=True)``: its own parsing and
+checks happen inside that time), so what the middleware adds is measured at the client:
+client latency minus the known delay, from the request's first byte written to the
+reply's last byte read.
 
 Parent side::
 
-    with Driver() as driver:                       # spawns the child (tokenizer loaded there)
-        url = driver.engine(delay=0.05, style="agentrl")   # (re)starts the scripted engine
-        report = driver.play(Plan(url=mw_url, tokens=[...], ...))
-        report.latencies[i] -> [(seconds, prompt_tokens), ...] per session
+    with Driver(clients=2) as driver:              # engine child + 2 client children
+        url = driver.engine(delay=0.05)            # (re)starts the scripted engine
+        report = driver.play(Plan(url=mw_url, tokens=(...), until_tokens=131_072, stream=True))
+        report.latencies[i] -> [(seconds, prompt_tokens, edit), ...] per session
+        report.driver_cpu -> [(cpu seconds, wall seconds), ...] per client process
+
+    with Driver() as driver:                       # one child: engine and a sequential client
+        turns = await driver.alockstep(Lockstep(targets=(Target(url=..., token=...), ...),
+                                                until_tokens=131_072))
+
+``lockstep`` plays one session per target, one request in flight at a time, taking the
+targets in turn and reversing the order every turn (A B C, C B A, …): a comparison whose
+columns share each moment of the machine's load.
 """
 
 from __future__ import annotations
@@ -23,23 +32,16 @@ import asyncio
 import functools
 import json
 import multiprocessing
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import attrs
-
-from agentrl import jsonio
+from _client import LINES_PER_1750, ClientSession
+from _measure import goal_line, percentile  # noqa: F401  (re-exported to the benchmarks)
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = (
-    REPO.parent / "shared" / "fixtures" / "clients" / "claude_code" / "001_post_v1_messages.json"
-)
 TEMPLATE = REPO / "tests" / "data" / "qwen3_chat_template.jinja"
-#: Lines of code-like tool output per ~1.75k tokens.
-LINES_PER_1750 = 120
 
 
 @functools.cache
@@ -49,30 +51,6 @@ def load_tokenizer():
     from agentrl.tokenizers import build_qwen_tokenizer
 
     return build_qwen_tokenizer(chat_template=TEMPLATE.read_text())
-
-
-def base_body() -> dict[str, Any]:
-    """Claude Code 2.1.332's first request (its real system prompt and tools), not streamed."""
-    if not FIXTURE.is_file():
-        sys.exit(f"captured Claude Code request not found at {FIXTURE} (shared/ beside the clone)")
-    body = json.loads(FIXTURE.read_text())["body"]
-    return {**body, "stream": False}
-
-
-def source_file(index: int, lines: int = LINES_PER_1750) -> str:
-    """Code-like tool output, about 14.6 tokens a line, different for every index."""
-    out = [f'"""Module {index}: helpers for the data pipeline."""', "", "import os", ""]
-    for i in range(lines // 6):
-        name = f"handle_{index}_{i}"
-        out += [
-            f"def {name}(record, limit={i + index % 7}):",
-            f"    # step {i}: normalise field_{i} and check bounds",
-            f"    value = record.get('field_{i}', {i * index % 97})",
-            "    if value > limit:",
-            f"        raise ValueError(f'{name}: {{value}} exceeds {{limit}}')",
-            f"    return os.path.join('out', str(value), '{name}.json')",
-        ]
-    return "\n".join(out)
 
 
 def tool_call_text(index: int, *, reasoning: bool = False, style: str = "agentrl") -> str:
@@ -102,9 +80,8 @@ def responder_for(
 ):
     """A scripted-engine responder: each session's turn k calls the tool on module k.
 
-    With ``tokenizer``, each turn's text is tokenized once and its ids reused (what the
-    engine would tokenize each time), so 256 sessions do not tokenize the same few texts
-    thousands of times in the load generator's process.
+    With ``tokenizer``, each turn's text is tokenized once and its ids reused, so 256
+    sessions do not tokenize the same few texts thousands of times in the engine's process.
     """
     from agentrl.testing.scripted_engine import ScriptedReply
 
@@ -127,7 +104,7 @@ def responder_for(
 
 def build_middleware(engine_url: str):
     """A worker's middleware (module level, so it pickles into a worker process)."""
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters import Middleware
     from agentrl.engines.sglang import SGLangEngine
 
     return Middleware(
@@ -141,13 +118,13 @@ def build_middleware(engine_url: str):
 
 @attrs.frozen(kw_only=True)
 class Plan:
-    """What the child's clients do: one session per token.
+    """What the clients do: one session per token, all at once.
 
     Each session runs ``turns`` turns, or until its prompt reaches ``until_tokens``; each
     tool result is ``lines`` lines of code; the client waits ``think`` seconds between a
     reply and its next request (tool time); session i starts ``i * stagger`` seconds in.
-    ``check_render``: after every turn, assert that the ids the engine got equal the full
-    render of the request (``render`` prompt mode).
+    ``stream``: ask for SSE, as Claude Code does. ``edits``/``edit_every``: history edits
+    (:class:`_client.ClientSession`).
     """
 
     url: str
@@ -157,30 +134,94 @@ class Plan:
     lines: int = LINES_PER_1750
     think: float = 0.0
     stagger: float = 0.0
+    stream: bool = False
+    edits: tuple[str, ...] = ()
+    edit_every: int = 0
+    first: int = 0  # the index of tokens[0] among all sessions (for its start offset)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """One lockstep session: where it goes and how its client behaves.
+
+    ``check_render``: assert that the engine's prompt equals the full render of each
+    request (``render`` prompt mode). ``edits``/``edit_every``: history edits.
+    """
+
+    url: str
+    token: str
+    stream: bool = True
     check_render: bool = False
-    reminder_every: int = 0
+    edits: tuple[str, ...] = ()
+    edit_every: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Lockstep:
+    """One session per target, taken in turn, one request in flight at a time, each
+    until its prompt reaches ``until_tokens``."""
+
+    targets: tuple[Target, ...]
+    until_tokens: int
+    lines: int = LINES_PER_1750
 
 
 @attrs.frozen(kw_only=True)
 class Report:
-    """What the clients measured: per session, (latency seconds, prompt tokens) per turn."""
+    """What the clients measured: per session, (seconds, prompt tokens, edit) per turn."""
 
-    latencies: list[list[tuple[float, int]]]
+    latencies: list[list[tuple[float, int, str | None]]]
     wall: float
     overruns: int
+    driver_cpu: list[tuple[float, float]] = attrs.Factory(list)
+    engine_cpu: float = 0.0
     checked_turns: int = 0
-    sampled_tokens: int = 0
+
+    def driver_busiest(self) -> float:
+        """The busiest client process's share of one core over the run (1.0: saturated)."""
+        return max((cpu / wall for cpu, wall in self.driver_cpu if wall > 0), default=0.0)
 
 
-class Driver:
-    """The parent's handle on the child process (engine + clients)."""
-
+class _Child:
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
+        self.conn, child = context.Pipe()
         self.process = context.Process(target=_child, args=(child,), daemon=True)
         self.process.start()
         child.close()
+
+    def send(self, *message: Any) -> None:
+        self.conn.send(message)
+
+    def recv(self) -> Any:
+        kind, value = self.conn.recv()
+        if kind == "error":
+            raise RuntimeError(f"benchmark client process failed:\n{value}")
+        return value
+
+    def call(self, *message: Any) -> Any:
+        self.send(*message)
+        return self.recv()
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class Driver:
+    """The parent's handle on the child processes: the engine's, and ``clients`` more for
+    the clients (0: the engine's child plays the clients too)."""
+
+    def __init__(self, clients: int = 0) -> None:
+        self._engine = _Child()
+        self._clients = [_Child() for _ in range(clients)] or [self._engine]
 
     def __enter__(self) -> Driver:
         return self
@@ -188,12 +229,15 @@ class Driver:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, *message: Any) -> Any:
-        self._conn.send(message)
-        kind, value = self._conn.recv()
-        if kind == "error":
-            raise RuntimeError(f"benchmark client process failed:\n{value}")
-        return value
+    @property
+    def pids(self) -> set[int]:
+        """Every child process (the engine's and the clients')."""
+        children = {self._engine, *self._clients}
+        return {c.process.pid for c in children if c.process.pid}
+
+    @property
+    def client_processes(self) -> int:
+        return len(self._clients)
 
     def engine(
         self,
@@ -203,29 +247,53 @@ class Driver:
         reasoning: bool = False,
         count_ids: bool = False,
     ) -> str:
-        """(Re)start the child's scripted engine; returns its URL. ``count_ids``: the engine
-        counts prompt ids on the raw body instead of parsing them (load modes)."""
+        """(Re)start the scripted engine of ``style``; returns its URL. ``count_ids``: the
+        engine counts prompt ids on the raw body instead of parsing them (load modes)."""
         options = {"delay": delay, "style": style, "reasoning": reasoning}
-        return self._call("engine", {**options, "count_ids": count_ids})
+        return self._engine.call("engine", {**options, "count_ids": count_ids})
 
     def play(self, plan: Plan) -> Report:
-        """Run ``plan`` in the child (blocking)."""
-        return self._call("play", plan)
+        """Run ``plan`` in the client processes, sessions dealt out in turn (blocking)."""
+        n = len(self._clients)
+        engine_cpu = self._engine.call("reset")
+        shares = [plan.tokens[i::n] for i in range(n)]
+        for index, (child, tokens) in enumerate(zip(self._clients, shares, strict=True)):
+            if tokens:
+                child.send("play", attrs.evolve(plan, tokens=tokens, first=index), n)
+        parts = [
+            child.recv() for child, tokens in zip(self._clients, shares, strict=True) if tokens
+        ]
+        overruns, engine_cpu_after = self._engine.call("stats")
+        latencies: list[list] = [[] for _ in plan.tokens]
+        for index, part in enumerate(parts):
+            latencies[index::n] = part["latencies"]
+        return Report(
+            latencies=latencies,
+            wall=max(p["wall"] for p in parts),
+            overruns=overruns,
+            driver_cpu=[(p["cpu"], p["wall"]) for p in parts],
+            engine_cpu=engine_cpu_after - engine_cpu,
+            checked_turns=sum(p["checked"] for p in parts),
+        )
 
     async def aplay(self, plan: Plan) -> Report:
         """``play`` without blocking the caller's event loop (the middleware serves on it)."""
         return await asyncio.get_running_loop().run_in_executor(None, self.play, plan)
 
+    async def alockstep(self, plan: Lockstep) -> dict[str, Any]:
+        """Play ``plan`` in the engine's child: per target, [(seconds, tokens, edit), ...]."""
+        if self._clients[0] is not self._engine:
+            raise RuntimeError("lockstep needs Driver(clients=0): its engine checks renders")
+
+        def play() -> dict[str, Any]:
+            self._engine.call("reset")
+            return self._engine.call("lockstep", plan)
+
+        return await asyncio.get_running_loop().run_in_executor(None, play)
+
     def close(self) -> None:
-        if self.process.is_alive():
-            try:
-                self._conn.send(("stop",))
-            except (BrokenPipeError, OSError):
-                pass
-            self.process.join(timeout=30)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        for child in {self._engine, *self._clients}:
+            child.close()
 
 
 # -- child side ---------------------------------------------------------------------------
@@ -240,9 +308,8 @@ async def _child_main(conn) -> None:
 
     from agentrl.testing.scripted_engine import ScriptedEngine
 
-    tokenizer = load_tokenizer()
     loop = asyncio.get_running_loop()
-    engine: ScriptedEngine | None = None
+    engines: dict[str, ScriptedEngine] = {}
     try:
         while True:
             message = await loop.run_in_executor(None, conn.recv)
@@ -250,105 +317,109 @@ async def _child_main(conn) -> None:
                 if message[0] == "stop":
                     return
                 if message[0] == "engine":
-                    if engine is not None:
-                        await engine.close()
                     options = dict(message[1])
+                    if options["style"] in engines:
+                        await engines.pop(options["style"]).close()
                     count_ids = options.pop("count_ids", False)
                     engine = ScriptedEngine(
-                        tokenizer,
-                        responder=responder_for(**options, tokenizer=tokenizer),
+                        load_tokenizer(),
+                        responder=responder_for(**options, tokenizer=load_tokenizer()),
                         delay_from_arrival=True,
                         count_ids=count_ids,
                     )
+                    engines[options["style"]] = engine
                     conn.send(("ok", await engine.start()))
+                elif message[0] == "reset":
+                    for engine in engines.values():
+                        engine.overruns = 0
+                        _forget(engine)
+                    conn.send(("ok", time.process_time()))
+                elif message[0] == "stats":
+                    overruns = sum(e.overruns for e in engines.values())
+                    conn.send(("ok", (overruns, time.process_time())))
                 elif message[0] == "play":
-                    assert engine is not None, "start the engine first"
-                    conn.send(("ok", await _play(engine, tokenizer, message[1])))
+                    conn.send(("ok", await _play(list(engines.values()), *message[1:])))
+                elif message[0] == "lockstep":
+                    conn.send(("ok", await _lockstep(engines, message[1])))
             except Exception:
                 conn.send(("error", traceback.format_exc()))
     finally:
-        if engine is not None:
+        for engine in engines.values():
             await engine.close()
 
 
-async def _play(engine, tokenizer, plan: Plan) -> Report:
-    import aiohttp
-
-    engine.overruns = 0
+def _forget(engine) -> None:
     engine.requests.clear()
     engine.served.clear()
-    checker = _RenderCheck(engine, tokenizer) if plan.check_render else None
+
+
+def _http():
+    import aiohttp
+
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=900)
-    async with aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout) as http:
+    return aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout)
+
+
+async def _play(engines, plan: Plan, processes: int) -> dict[str, Any]:
+    cpu = time.process_time()
+    async with _http() as http:
         started = time.perf_counter()
         latencies = await asyncio.gather(
             *(
-                _session(http, plan, token, i * plan.stagger, engine, checker)
+                _session(http, plan, token, (plan.first + i * processes) * plan.stagger, engines)
                 for i, token in enumerate(plan.tokens)
             )
         )
         wall = time.perf_counter() - started
-    return Report(
-        latencies=list(latencies),
-        wall=wall,
-        overruns=engine.overruns,
-        checked_turns=checker.turns if checker else 0,
-        sampled_tokens=sum(len(g.output_ids) for g in engine.served),
-    )
+    return {"latencies": latencies, "wall": wall, "cpu": time.process_time() - cpu, "checked": 0}
 
 
-async def _session(http, plan: Plan, token: str, offset: float, engine, checker):
-    """Play a Claude-Code-like client: replay each reply, answer its tool call with a file."""
+async def _session(http, plan: Plan, token: str, offset: float, engines):
     await asyncio.sleep(offset)
-    body = base_body()
-    messages = list(body["messages"])
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    out: list[tuple[float, int]] = []
-    turn = 0
+    client = ClientSession(
+        token, stream=plan.stream, lines=plan.lines, edits=plan.edits, edit_every=plan.edit_every
+    )
+    out: list[tuple[float, int, str | None]] = []
     while True:
-        turn += 1
-        data = jsonio.dumps({**body, "messages": messages})
-        if checker is None and not plan.reminder_every:
-            # Nothing reads what the engine recorded: keep the child's memory flat.
-            engine.requests.clear()
-            engine.served.clear()
-        started = time.perf_counter()
-        async with http.post(f"{plan.url}/v1/messages", data=data, headers=headers) as r:
-            raw = await r.read()
-            status = r.status
-        latency = time.perf_counter() - started
-        reply = jsonio.loads(raw)
-        if status != 200:
-            raise RuntimeError(f"middleware answered {status}: {reply}")
-        out.append((latency, reply["usage"]["input_tokens"]))
-        if checker is not None:
-            checker.check(data, token)
-        call = next(b for b in reply["content"] if b["type"] == "tool_use")
-        result: list[dict[str, Any]] = [
-            {
-                "type": "tool_result",
-                "tool_use_id": call["id"],
-                "content": source_file(turn, plan.lines),
-            }
-        ]
-        if plan.reminder_every and turn % plan.reminder_every == 0:
-            result.append(
-                {
-                    "type": "text",
-                    "text": "<system-reminder>\nKeep the todo list current.\n</system-reminder>",
-                }
-            )
-        messages += [
-            {"role": "assistant", "content": reply["content"]},
-            {"role": "user", "content": result},
-        ]
-        if plan.turns is not None and turn >= plan.turns:
+        for engine in engines:  # nothing reads what the engine recorded: keep memory flat
+            _forget(engine)
+        out.append(await client.exchange(http, plan.url))
+        if plan.turns is not None and client.turn >= plan.turns:
             return out
-        if plan.until_tokens is not None and out[-1][1] >= plan.until_tokens:
+        if plan.until_tokens is not None and client.prompt_tokens >= plan.until_tokens:
             return out
         if plan.think:
             await asyncio.sleep(plan.think)
+
+
+async def _lockstep(engines, plan: Lockstep) -> dict[str, Any]:
+    clients = [
+        ClientSession(
+            t.token, stream=t.stream, lines=plan.lines, edits=t.edits, edit_every=t.edit_every
+        )
+        for t in plan.targets
+    ]
+    out: list[list[tuple[float, int, str | None]]] = [[] for _ in clients]
+    checker = _RenderCheck(engines["agentrl"], load_tokenizer())
+    order = list(range(len(clients)))
+    done: set[int] = set()
+    async with _http() as http:
+        while len(done) < len(clients):
+            for index in order:
+                if index in done:
+                    continue
+                for engine in engines.values():
+                    _forget(engine)
+                client, target = clients[index], plan.targets[index]
+                out[index].append(await client.exchange(http, target.url))
+                if target.check_render:
+                    checker.check(client)
+                if client.prompt_tokens >= plan.until_tokens:
+                    done.add(index)
+            order.reverse()
+    overruns = sum(e.overruns for e in engines.values())
+    return {"latencies": out, "checked": checker.turns, "overruns": overruns}
 
 
 class _RenderCheck:
@@ -360,10 +431,12 @@ class _RenderCheck:
         self.engine, self.tokenizer, self.adapter = engine, tokenizer, AnthropicAdapter()
         self.turns = 0
 
-    def check(self, data: bytes, token: str) -> None:
+    def check(self, client: ClientSession) -> None:
         from agentrl.adapters.rendering import render_full
 
-        chat = self.adapter.parse_request(json.loads(data), {})
+        # the request just answered: the history before its reply and tool result
+        body = {**client.body, "messages": client.messages[:-2]}
+        chat = self.adapter.parse_request(body, {})
         expected = render_full(self.tokenizer, chat.messages, chat.tools)
         got = self.engine.served[-1].input_ids
         if list(got) != list(expected):
@@ -376,61 +449,3 @@ class _RenderCheck:
                 f"at token {first} ({len(got)} vs {len(expected)} ids)"
             )
         self.turns += 1
-        self.engine.requests.clear()
-        self.engine.served.clear()
-
-
-# -- measuring ----------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by nearest rank; NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
-def cpu_seconds(exclude: set[int]) -> float:
-    """CPU seconds used so far by this process and its descendants, less ``exclude``'d ones."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = sum(os.times()[:2])
-    for pid in _descendants(os.getpid()) - exclude:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-def exclude_driver(driver: Driver) -> set[int]:
-    """The child process and its descendants (not the process under test)."""
-    pid = driver.process.pid
-    return {pid} | _descendants(pid) if pid else set()
-
-
-def goal_line(label: str, value: str, goal: str, ok: bool | None) -> str:
-    """One figure with its goal beside it and a PASS/MISS mark (``None``: no mark)."""
-    mark = "    " if ok is None else ("PASS" if ok else "MISS")
-    return f"  [{mark}] {label:<52} {value:>16}   goal {goal}"

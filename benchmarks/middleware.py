@@ -1,40 +1,43 @@
-"""Middleware per-turn overhead at 16k-128k and bytes held per 128k session, honestly.
+"""Middleware per-turn CPU at 16k-128k, finish_session, and bytes held, in interleaved rounds.
 
-1. Per-turn all-in overhead. A Claude-Code-shaped session (Claude Code 2.1.332's real
-   system prompt and tools, from the captured fixtures) grows turn by turn to 128k
-   tokens through the real HTTP middleware. The client and a scripted SGLang engine run
-   in a child process (``_driver.py``); the engine answers every ``/generate`` exactly
-   ``--engine-ms`` after the request reached it, its own parsing included. Overhead is
-   measured at the client: latency from the request's first byte to the reply's last
-   byte, minus that known delay. So everything the middleware does counts (aiohttp, body
-   read and parse, translation, rendering, the engine payload's serialisation and the
-   reply's parse, output parsing, the reply, recording), and nothing the engine does.
-   Why at the client and not by timing inside the middleware: the middleware's own timer
-   cannot see aiohttp's work before and after its handler, and "engine time" seen from the
-   middleware includes encoding the payload and waiting for its own loop. (The old figure,
-   the middleware's ``TurnTiming.overhead_seconds``, is shown below the table.) The engine
-   being late is checked: its own work may exceed the delay in at most one turn in ten
-   (those are reported; the medians stand), else the run fails. Beside each wall figure
-   is the serving process's CPU per turn (``time.process_time()``, threads included,
-   between the ends of two engine calls: one whole turn of its work), which a busy shared
-   machine inflates far less than wall time. The collector is tuned once after start-up
-   (``tune_gc``), as ``agentrl serve``, the rollout stack and slime's service do.
-   Columns: ``splice`` (the default prompt mode), ``render`` (incremental renderer; every
-   turn asserts that the engine got exactly the full render of the request, failing the
-   benchmark otherwise), ``full`` (``incremental_render=False``: re-render and re-tokenize
-   the whole prompt every turn, as slime's adapters do), and ``slime``, slime's own
-   ``AnthropicAdapter`` in this process (``--slime-src`` at a slime checkout; torch
-   needed), against the same engine and client.
-2. Bytes held per 128k session, in splice and render mode: tracemalloc of everything the
-   middleware and its trajectory still hold once the same session (65 turns) reached 128k
-   tokens, before ``finish_session`` (a short warm-up session first, so one-time caches
-   are not counted).
+1. Per-turn all-in cost. Claude-Code-shaped sessions (Claude Code 2.1.332's real system
+   prompt and tools, from the captured fixtures) grow turn by turn to 128k tokens through
+   the real HTTP middleware, one session per column, played in lockstep by one client in
+   a child process (``_driver.py``): one request in flight at a time, the columns taken in
+   turn and their order reversed every turn (A B C, C B A, …), so every column shares each
+   moment of the machine's load; ``--rounds`` rounds, each with fresh middlewares and
+   sessions, the first column alternating. The scripted engine (in the child) answers
+   every ``/generate`` exactly ``--engine-ms`` after it arrived, its own work inside that.
 
-Load (realistic and saturation modes, 1 and N workers) is ``benchmarks/middleware_load.py``.
-Figures are printed with their goals and a PASS/MISS mark; ``BASELINE`` holds main's
-figures at 6cde69f, measured with this method, for the ratios.
+   The figure is the serving process's CPU per turn (``time.process_time()``, threads
+   included): marked as each request reaches its handler, so one turn's figure is all its
+   work from the request's bytes in to the response's bytes out (aiohttp, body read and
+   parse, translation, prompt building, the engine payload and its reply's parse, output
+   parsing, the reply, SSE or JSON, recording) and nothing of the engine's or the client's,
+   which run in another process. Beside it is the wall figure at the client (latency less
+   the engine's delay), which a loaded machine inflates. Reported at each size: median and
+   min over the rounds' 3 turns nearest it; ratios are medians of same-round, same-turn
+   ratios.
 
-    python benchmarks/middleware.py [--quick] [--max-tokens 131072] [--slime-src DIR] [--json]
+   Columns: ``splice`` (the default prompt mode; the client streams, as Claude Code does),
+   ``splice-json`` (the same, ``stream=False``), ``render`` (incremental renderer; every
+   turn asserts that the engine got exactly the full render of the request), ``full``
+   (``incremental_render=False``: re-render and re-tokenize the whole prompt every turn, as
+   slime's adapters do: the previous baseline), ``edits`` (splice mode, the session edits
+   its history every ``--edit-every`` turns: a system-reminder inserted, an earlier tool
+   result rewritten, a tool added; those turns are the fallbacks, reported apart) and,
+   with ``--slime-src``, ``slime``: slime's own ``AnthropicAdapter`` in this process.
+2. ``finish_session`` at the end of every round's session (columns in alternating order):
+   its CPU and wall time, and the samples it built (count, tokens, approximate bytes).
+3. Bytes held per 128k session, in splice and render mode: tracemalloc of everything the
+   middleware and its trajectory hold once a session reached 128k tokens, before
+   ``finish_session`` (after a short warm-up session, so one-time caches are not counted).
+
+Every goal is judged on figures from this run. Load (realistic and saturation modes, 1 and
+N workers) is ``benchmarks/middleware_load.py``.
+
+    python benchmarks/middleware.py [--quick] [--rounds 2] [--max-tokens 131072]
+        [--slime-src DIR] [--json]
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import itertools
 import json
 import statistics
 import sys
@@ -53,41 +55,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _driver import Driver, Plan, goal_line, load_tokenizer
+from _client import EDITS
+from _driver import Driver, Lockstep, Plan, Target, load_tokenizer
+from _measure import CpuMarks, deep_size, goal_line, load_line, median_min
 
 from agentrl.adapters.shard_wire import tune_gc
 
 SIZES = (16_384, 32_768, 65_536, 131_072)
 QUICK_SIZES = (16_384, 20_480)
-#: Goals (issue 15).
-GOAL_OVERHEAD_MS = 5.0
+#: Goals (issues 15 and 34).
+GOAL_CPU_MS = 5.0
+GOAL_FINISH_MS = 5.0
 GOAL_HELD_BYTES = 4_000_000
-#: Main's figures at 6cde69f with this benchmark, at 128k tokens: medians of the 3 turns
-#: nearest, on the 2-core machine with nothing else running (``PYTHONPATH`` at a 6cde69f
-#: checkout whose test engine has ``delay_from_arrival``). The slime column is from a run
-#: on a loaded machine (load average 12-15); slime is measured in every run anyway.
-BASELINE: dict[str, Any] = {
-    "commit": "6cde69f",
-    "overhead_ms": {
-        131_072: {
-            "splice": 67.8,
-            "splice_cpu": 68.7,
-            "render": 47.1,
-            "render_cpu": 48.4,
-            "full": 432.7,
-            "full_cpu": 422.4,
-            "slime": 1289.3,
-            "slime_cpu": 438.3,
-        }
-    },
-    "held_bytes": {"splice": 5_397_043, "render": 9_955_787},
+COLUMNS = ("splice", "splice-json", "render", "full", "edits", "slime")
+MODES: dict[str, dict[str, Any]] = {
+    "splice": {"prompt_mode": "splice"},
+    "splice-json": {"prompt_mode": "splice"},
+    "render": {"prompt_mode": "render"},
+    "full": {"prompt_mode": "render", "incremental_render": False},
+    "edits": {"prompt_mode": "splice"},
 }
-COLUMNS = ("splice", "render", "full", "slime")
 
 
 def make_middleware(engine, tokenizer, **options: Any):
     """The benchmarked middleware: Anthropic Messages, Qwen3's parsers."""
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.adapters import Middleware
 
     return Middleware(
         engine=engine,
@@ -99,129 +91,172 @@ def make_middleware(engine, tokenizer, **options: Any):
     )
 
 
-def at_size(points: list[tuple[float, int]], size: int) -> float:
-    """Median of the 3 values whose prompts are closest to ``size`` tokens."""
-    nearest = sorted(points, key=lambda p: abs(p[1] - size))[:3]
-    return statistics.median(v for v, _ in nearest)
-
-
-def cpu_marks(owner: Any, name: str) -> list[tuple[float, int]]:
-    """Wrap ``owner.name`` (an engine call); returns the list it fills with (process CPU
-    seconds, prompt ids) as each call returns. Between two marks lies one whole turn of the
-    middleware's work (reply, record, the next request's read, render and payload), so the
-    difference is its CPU per turn: what a calm machine's wall-clock figure would show."""
-    marks: list[tuple[float, int]] = []
-    original = getattr(owner, name)
-
-    async def call(prompt_ids, *args, **kwargs):
-        result = await original(prompt_ids, *args, **kwargs)
-        marks.append((time.process_time(), len(prompt_ids)))
-        return result
-
-    setattr(owner, name, call)
-    return marks
-
-
-def per_turn_cpu(marks: list[tuple[float, int]]) -> list[tuple[float, int]]:
-    return [(b[0] - a[0], b[1]) for a, b in itertools.pairwise(marks)]
-
-
-async def agentrl_run(driver: Driver, tokenizer, column: str, args) -> dict[str, Any]:
-    """One growing session through the middleware in ``column``'s mode."""
-    from agentrl.engines.sglang import SGLangEngine
-
-    options = {
-        "splice": {"prompt_mode": "splice"},
-        "render": {"prompt_mode": "render"},
-        "full": {"prompt_mode": "render", "incremental_render": False},
-    }[column]
-    delay = args.engine_ms / 1e3
-    engine = SGLangEngine(driver.engine(delay=delay))
-    marks = cpu_marks(engine, "generate")
-    mw = make_middleware(engine, tokenizer, **options)
-    await mw.start()
-    try:
-        token = mw.open_session("grow")
-        plan = Plan(
-            url=mw.url,
-            tokens=(token,),
-            until_tokens=args.max_tokens,
-            check_render=column == "render",
-        )
-        report = await driver.aplay(plan)
-        samples = await mw.finish_session("grow", reward=1.0)
-        assert len(samples) == 1, "the growing session must stay one chain"
-        inside = [(t.overhead_seconds, t.prompt_tokens) for t in mw.timings]
-    finally:
-        await mw.close()
-        await engine.aclose()
-    return _column(report, delay, inside, per_turn_cpu(marks), column)
-
-
-def _column(report, delay: float, inside, cpu, column: str) -> dict[str, Any]:
-    turns = len(report.latencies[0])
-    if report.overruns > max(1, turns // 10):
-        raise SystemExit(
-            f"{column}: the engine's own work exceeded its {delay * 1e3:.0f} ms delay in "
-            f"{report.overruns} of {turns} turns; raise --engine-ms"
-        )
-    if report.overruns:
-        print(
-            f"  ({column}: the engine was late in {report.overruns} of {turns} turns; "
-            "the medians stand)",
-            file=sys.stderr,
-        )
-    if column == "render" and report.checked_turns != len(report.latencies[0]):
-        raise SystemExit("render: not every turn was checked against the full render")
-    points = [(latency - delay, tokens) for latency, tokens in report.latencies[0]]
-    return {"points": points, "inside": inside, "cpu": cpu, "turns": len(points)}
-
-
-async def slime_run(driver: Driver, tokenizer, args) -> dict[str, Any] | str:
-    """The same session through slime's own AnthropicAdapter, or why it cannot run."""
+async def slime_server(url: str, tokenizer):
+    """slime's own AnthropicAdapter serving on 127.0.0.1, or why it cannot."""
     try:
         from aiohttp import web
-        from slime.agent.adapters import common
         from slime.agent.adapters.anthropic import AnthropicAdapter
     except ImportError as exc:
         return f"not available ({exc}; pass --slime-src at a slime checkout)"
-    original = common.call_sglang_generate
-    marks = cpu_marks(common, "call_sglang_generate")
-    delay = args.engine_ms / 1e3
-    url = driver.engine(delay=delay, style="slime")
     adapter = AnthropicAdapter(tokenizer=tokenizer, sglang_url=url)
     runner = web.AppRunner(adapter.app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return adapter, runner
+
+
+async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, Any]:
+    """Every column's session grown to ``max_tokens`` in lockstep, then finished."""
+    from aiohttp import web
+
+    from agentrl.engines.sglang import SGLangEngine
+
+    delay = args.engine_ms / 1e3
+    url = driver.engine(delay=delay)
+    columns = [c for c in args.columns if c != "slime"]
+    if index % 2:
+        columns.reverse()
+    marks, engines, served, targets = CpuMarks(), [], {}, []
+    unavailable: dict[str, str] = {}
+    for column in columns:
+        engine = SGLangEngine(url)
+        mw = make_middleware(engine, tokenizer, **MODES[column])
+        mw.app.middlewares.append(marks.hook(column))
+        await mw.start()
+        engines.append(engine)
+        served[column] = mw
+        target = Target(url=mw.url, token=mw.open_session(f"{column}-{index}"))
+        targets.append(_client_of(column, target, args))
+    slime = None
+    if "slime" in args.columns:
+        made = await slime_server(driver.engine(delay=delay, style="slime"), tokenizer)
+        if isinstance(made, str):
+            unavailable["slime"] = made
+        else:
+            slime, runner = made
+            slime.app.middlewares.append(marks.hook("slime"))
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            slime.open_session("slime")
+            targets.insert(
+                0 if index % 2 else len(targets),
+                Target(url=f"http://127.0.0.1:{port}", token="slime", stream=False),
+            )
+            columns.insert(0 if index % 2 else len(columns), "slime")
     try:
-        adapter.open_session("grow")
-        plan = Plan(url=f"http://127.0.0.1:{port}", tokens=("grow",), until_tokens=args.max_tokens)
-        report = await driver.aplay(plan)
-        await adapter.drop_session("grow")
+        played = await driver.alockstep(
+            Lockstep(targets=tuple(targets), until_tokens=args.max_tokens)
+        )
+        cpu = marks.per_request(time.process_time())
+        finish = {}
+        for column in columns[::-1] if index % 2 == 0 else columns:
+            if column != "slime":
+                finish[column] = await timed_finish(served[column], f"{column}-{index}")
+        stats = {c: dict(mw.splice_stats) for c, mw in served.items()}
     finally:
-        await runner.cleanup()
-        common.call_sglang_generate = original
-    return _column(report, delay, [], per_turn_cpu(marks), "slime")
+        for mw in served.values():
+            await mw.close()
+        for engine in engines:
+            await engine.aclose()
+        if slime is not None:
+            await runner.cleanup()
+    turns = {}
+    for column, points in zip(columns, played["latencies"], strict=True):
+        if played["overruns"] > max(1, len(points) // 10):
+            raise SystemExit(
+                f"the engine's own work exceeded its {args.engine_ms:.0f} ms delay in "
+                f"{played['overruns']} turns; raise --engine-ms"
+            )
+        turns[column] = [
+            {"cpu": c, "wall": lat - delay, "tokens": tok, "edit": edit}
+            for (lat, tok, edit), c in zip(points, cpu[column], strict=True)
+        ]
+    if "render" in columns and played["checked"] != len(turns["render"]):
+        raise SystemExit("render: not every turn was checked against the full render")
+    return {
+        "turns": turns,
+        "finish": finish,
+        "splice_stats": stats,
+        "unavailable": unavailable,
+        "overruns": played["overruns"],
+    }
 
 
-def bench_overhead(driver: Driver, tokenizer, args) -> dict[str, Any]:
-    runs: dict[str, Any] = {}
-    for column in COLUMNS[:3]:
-        runs[column] = asyncio.run(agentrl_run(driver, tokenizer, column, args))
-    runs["slime"] = asyncio.run(slime_run(driver, tokenizer, args)) if args.slime else "skipped"
+def _client_of(column: str, target: Target, args) -> Target:
+    import attrs
+
+    if column == "splice-json":
+        return attrs.evolve(target, stream=False)
+    if column == "render":
+        return attrs.evolve(target, check_render=True)
+    if column == "edits":
+        return attrs.evolve(target, edits=EDITS, edit_every=args.edit_every)
+    return target
+
+
+async def timed_finish(mw, sid: str) -> dict[str, Any]:
+    """``finish_session``'s CPU and wall time, and the size of what it returned."""
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    samples = await mw.finish_session(sid, reward=1.0)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        "cpu_ms": cpu * 1e3,
+        "wall_ms": wall * 1e3,
+        "samples": len(samples),
+        "tokens": sum(len(s.tokens) for s in samples),
+        "bytes": sum(deep_size(s) for s in samples),
+    }
+
+
+def summarise(rounds: list[dict[str, Any]], args) -> dict[str, Any]:
+    """Per size and column: median and min over the rounds' 3 turns nearest the size."""
+    columns = [c for c in COLUMNS if all(c in r["turns"] for r in rounds)]
     rows = []
     for size in args.sizes:
         row: dict[str, Any] = {"tokens": size}
-        for column, run in runs.items():
-            ok = isinstance(run, dict)
-            row[column] = at_size(run["points"], size) * 1e3 if ok else None
-            row[f"{column}_cpu"] = at_size(run["cpu"], size) * 1e3 if ok else None
-        row["inside_splice"] = at_size(runs["splice"]["inside"], size) * 1e3
+        near = {c: [nearest(r["turns"][c], size) for r in rounds] for c in columns}
+        for column in columns:
+            for what in ("cpu", "wall"):
+                values = [t[what] * 1e3 for turns in near[column] for t in turns]
+                row[f"{column}_{what}"] = median_min(values)
+        for a, b in (("full", "splice"), ("render", "full"), ("slime", "splice")):
+            if a in columns and b in columns:
+                ratios = [
+                    x["cpu"] / y["cpu"]
+                    for ra, rb in zip(near[a], near[b], strict=True)
+                    for x, y in zip(ra, rb, strict=False)
+                    if y["cpu"] > 0
+                ]
+                row[f"{a}/{b}"] = statistics.median(ratios) if ratios else float("nan")
         rows.append(row)
-    notes = {c: r for c, r in runs.items() if isinstance(r, str)}
-    return {"turns": runs["splice"]["turns"], "rows": rows, "unavailable": notes}
+    edits: dict[str, list[float]] = {}
+    for r in rounds:
+        for t in r["turns"].get("edits", ()):
+            if t["edit"] and t["tokens"] >= args.max_tokens * 0.5:
+                edits.setdefault(t["edit"], []).append(t["cpu"] * 1e3)
+    finish = {
+        c: {k: median_min(r["finish"][c][k] for r in rounds) for k in ("cpu_ms", "wall_ms")}
+        | {k: rounds[-1]["finish"][c][k] for k in ("samples", "tokens", "bytes")}
+        for c in columns
+        if c != "slime"
+    }
+    return {
+        "rounds": len(rounds),
+        "turns": len(rounds[0]["turns"]["splice"]),
+        "rows": rows,
+        "edit_turns": {k: median_min(v) for k, v in edits.items()},
+        "edit_counts": {k: len(v) for k, v in edits.items()},
+        "splice_stats": rounds[-1]["splice_stats"].get("edits", {}),
+        "finish": finish,
+        "unavailable": rounds[0]["unavailable"],
+        "overruns": sum(r["overruns"] for r in rounds),
+    }
+
+
+def nearest(turns: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+    plain = [t for t in turns if not t["edit"]]
+    return sorted(plain, key=lambda t: abs(t["tokens"] - size))[:3]
 
 
 # -- bytes held ---------------------------------------------------------------------------
@@ -236,14 +271,15 @@ async def held_run(driver: Driver, tokenizer, args, mode: str) -> dict[str, Any]
     await mw.start()
     try:
         warm = mw.open_session("warm-up")
-        await driver.aplay(Plan(url=mw.url, tokens=(warm,), turns=3))
+        await driver.aplay(Plan(url=mw.url, tokens=(warm,), turns=3, stream=True))
         await mw.drop_session("warm-up")
         mw.timings.clear()
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         token = mw.open_session("held")
-        report = await driver.aplay(Plan(url=mw.url, tokens=(token,), until_tokens=args.max_tokens))
+        plan = Plan(url=mw.url, tokens=(token,), until_tokens=args.max_tokens, stream=True)
+        report = await driver.aplay(plan)
         mw.timings.clear()
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before
@@ -266,71 +302,95 @@ async def held_run(driver: Driver, tokenizer, args, mode: str) -> dict[str, Any]
 
 
 def print_report(result: dict[str, Any]) -> None:
+    print(f"machine: {result['load_before']} at the start, {result['load_after']} at the end")
     if result["overhead"]:
-        print_overhead(result)
+        print_overhead(result["overhead"], result["engine_ms"])
     if result["held"]:
         print("\nBytes held by the middleware for one grown session (before finish_session):")
     for held in result["held"]:
-        print_held(held, quick=result["quick"])
+        print_held(held)
 
 
-def print_overhead(result: dict[str, Any]) -> None:
-    overhead = result["overhead"]
+def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
+    columns = [c for c in COLUMNS if f"{c}_cpu" in o["rows"][0]]
     print(
-        f"Per-turn all-in overhead, Claude-Code-shaped session ({overhead['turns']} turns; "
-        f"client latency - {result['engine_ms']:.0f} ms fixed engine delay; median of the "
-        "3 turns nearest each size):"
+        f"\nPer-turn CPU of the serving process, all-in (request bytes in -> response bytes "
+        f"out, engine excluded), {o['turns']} turns a session, {o['rounds']} interleaved "
+        "rounds; median (min) of the rounds' 3 turns nearest each size, in ms:"
     )
-    head = "".join(f"{c:>17}" for c in COLUMNS)
-    print(f"  {'':>8}{head}")
-    print(
-        f"  {'tokens':>8}{'    wall /    CPU' * len(COLUMNS)}{'full/splice':>13}{'slime/splice':>14}"
-    )
-    for row in overhead["rows"]:
-        cells = "".join(f"{_ms(row[c]):>9}/{_ms(row[c + '_cpu']):>7}" for c in COLUMNS)
+    print(f"  {'tokens':>8}" + "".join(f"{c:>17}" for c in columns) + "   full/splice render/full")
+    for row in o["rows"]:
+        cells = "".join(f"{_mm(row[f'{c}_cpu']):>17}" for c in columns)
         print(
-            f"  {row['tokens']:>8,}{cells}{_ratio(row['full'], row['splice']):>13}"
-            f"{_ratio(row['slime'], row['splice']):>14}"
+            f"  {row['tokens']:>8,}{cells}{_x(row.get('full/splice')):>13}"
+            f"{_x(row.get('render/full')):>12}"
         )
-    for column, why in overhead["unavailable"].items():
-        print(f"  {column}: {why}")
     print(
-        "  (wall: at the client, less the engine's delay; CPU: the serving process's CPU per "
-        "turn, threads included,\n   what a calm machine's wall figure approaches. The "
-        "middleware's own old timer, TurnTiming.overhead_seconds, said "
-        + ", ".join(
-            f"{_ms(r['inside_splice'])} at {r['tokens'] // 1024}k" for r in overhead["rows"]
-        )
-        + " in splice mode.)"
+        f"\n  wall at the client less the {engine_ms:.0f} ms engine delay (a loaded machine inflates it):"
     )
-    last = overhead["rows"][-1]
+    for row in o["rows"]:
+        cells = "".join(f"{_mm(row[f'{c}_wall']):>17}" for c in columns)
+        print(f"  {row['tokens']:>8,}{cells}")
+    for column, why in o["unavailable"].items():
+        print(f"  {column}: {why}")
+    if o["overruns"]:
+        print(f"  (the engine overran its delay in {o['overruns']} turns; their wall counts it)")
+    if o["edit_turns"]:
+        kinds = ", ".join(
+            f"{kind} {_mm(v)} ({o['edit_counts'][kind]} turns)"
+            for kind, v in o["edit_turns"].items()
+        )
+        print(f"\n  edits column, turns that edited history at >= half the size, CPU ms: {kinds}")
+        print(f"  edits column's prompt building: {o['splice_stats']}")
+    print("\n  finish_session (median (min) over rounds; samples of the last round):")
+    for column, f in o["finish"].items():
+        print(
+            f"  {column:>12}: CPU {_mm(f['cpu_ms'])} ms, wall {_mm(f['wall_ms'])} ms; "
+            f"{f['samples']} sample(s), {f['tokens']:,} tokens, ~{f['bytes'] / 1e6:.1f} MB"
+        )
+    last = o["rows"][-1]
     size = f"{last['tokens'] // 1024}k"
-    base = BASELINE["overhead_ms"].get(last["tokens"], {})
-    for column in ("splice", "render", "splice_cpu", "render_cpu"):
-        value = last[column]
-        was = f" (main {base[column]:.1f})" if column in base else ""
-        what = column.replace("_cpu", " mode, CPU") if "_cpu" in column else f"{column} mode, wall"
+    for column in ("splice", "splice-json"):
+        if f"{column}_cpu" in last:
+            value = last[f"{column}_cpu"][0]
+            print(
+                goal_line(
+                    f"CPU per turn at {size}, {column}",
+                    f"{value:.1f}ms",
+                    f"<= {GOAL_CPU_MS:.0f} ms",
+                    value <= GOAL_CPU_MS,
+                )
+            )
+    if "splice" in o["finish"]:
+        value = o["finish"]["splice"]["cpu_ms"][0]
         print(
             goal_line(
-                f"overhead at {size}, {what}{was}",
-                _ms(value),
-                f"<= {GOAL_OVERHEAD_MS:.0f} ms",
-                value <= GOAL_OVERHEAD_MS,
+                f"finish_session CPU at {size}, splice",
+                f"{value:.1f}ms",
+                f"<= {GOAL_FINISH_MS:.0f} ms",
+                value <= GOAL_FINISH_MS,
+            )
+        )
+    if last.get("render/full") is not None:
+        ratio = last["render/full"]
+        print(
+            goal_line(
+                f"render CPU / full re-render CPU at {size}, same turns",
+                f"{ratio:.2f}x",
+                "<= 1.00x",
+                ratio <= 1.0,
             )
         )
 
 
-def print_held(held: dict[str, Any], *, quick: bool) -> None:
-    mode = held["mode"]
-    base = None if quick else BASELINE["held_bytes"].get(mode)  # the baseline is at 128k
-    was = f" (main {base / 1e6:.1f})" if base else ""
+def print_held(held: dict[str, Any]) -> None:
     print(
-        f"  {mode} mode: {held['prompt_tokens']:,} tokens after {held['turns']} turns; the "
-        f"trajectory's own count: {held['trajectory_bytes'] / 1e6:.2f} MB"
+        f"  {held['mode']} mode: {held['prompt_tokens']:,} tokens after {held['turns']} turns; "
+        f"the trajectory's own count: {held['trajectory_bytes'] / 1e6:.2f} MB"
     )
     print(
         goal_line(
-            f"bytes held per {held['prompt_tokens'] // 1024}k session, {mode}{was}",
+            f"bytes held per {held['prompt_tokens'] // 1024}k session, {held['mode']}",
             f"{held['held_bytes'] / 1e6:.2f} MB",
             f"<= {GOAL_HELD_BYTES / 1e6:.0f} MB",
             held["held_bytes"] <= GOAL_HELD_BYTES,
@@ -338,21 +398,26 @@ def print_held(held: dict[str, Any], *, quick: bool) -> None:
     )
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}ms"
+def _mm(pair: tuple[float, float] | None) -> str:
+    return "n/a" if pair is None else f"{pair[0]:.1f} ({pair[1]:.1f})"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "n/a" if a is None or b is None or b <= 0 else f"{a / b:.1f}x"
+def _x(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="interleaved rounds (each A..Z, Z..A)"
+    )
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument(
-        "--engine-ms", type=float, default=None, help="fixed engine delay (150; quick: 50)"
+        "--engine-ms", type=float, default=None, help="fixed engine delay (100; quick: 50)"
     )
+    parser.add_argument("--edit-every", type=int, default=8, help="edits column: turns per edit")
+    parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS)
     parser.add_argument("--slime-src", default=None, help="a slime checkout (for the slime column)")
     parser.add_argument("--no-slime", dest="slime", action="store_false")
     parser.add_argument("--parts", nargs="+", default=["overhead", "held"])
@@ -361,24 +426,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
     if args.engine_ms is None:
-        args.engine_ms = 50.0 if args.quick else 150.0
+        args.engine_ms = 50.0 if args.quick else 100.0
     args.max_tokens = args.max_tokens or sizes[-1]
     args.sizes = [s for s in sizes if s <= args.max_tokens]
+    if args.quick:
+        args.edit_every = min(args.edit_every, 2)
     if args.slime_src:
         sys.path.insert(0, str(Path(args.slime_src).resolve()))
-    if args.quick:
-        args.slime = args.slime and bool(args.slime_src)
+    if not args.slime or (args.quick and not args.slime_src):
+        args.columns = [c for c in args.columns if c != "slime"]
     return args
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure; returns the figures (what ``--json`` prints)."""
     args = parse_args(argv)
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), load_line()
     with Driver() as driver:  # the child loads its tokenizer while this process does
         tokenizer = load_tokenizer()
         tune_gc()  # what `agentrl serve`, the rollout stack and slime's service do at start-up
-        overhead = bench_overhead(driver, tokenizer, args) if "overhead" in args.parts else None
+        overhead = None
+        if "overhead" in args.parts:
+            rounds = [
+                asyncio.run(one_round(driver, tokenizer, args, index))
+                for index in range(args.rounds)
+            ]
+            overhead = summarise(rounds, args)
         held = [
             asyncio.run(held_run(driver, tokenizer, args, mode))
             for mode in (args.held_modes if "held" in args.parts else ())
@@ -388,6 +461,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         "held": held,
         "engine_ms": args.engine_ms,
         "quick": args.quick,
+        "load_before": load_before,
+        "load_after": load_line(),
         "seconds": time.perf_counter() - started,
         "json": args.json,
     }

@@ -1,0 +1,139 @@
+"""Measuring helpers shared by the benchmarks: CPU of processes, the machine's load,
+spreads of repeated rounds, and goal lines."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def median_min(values: Iterable[float]) -> tuple[float, float]:
+    """(median, min) of repeated measurements; NaNs for none."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.median(values), min(values)
+
+
+def cpu_seconds(exclude: set[int] = frozenset()) -> float:
+    """CPU seconds used so far by this process and its descendants, less ``exclude``'d ones
+    (and their descendants)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = sum(os.times()[:2])
+    skip = set(exclude)
+    for pid in exclude:
+        skip |= descendants(pid)
+    for pid in descendants(os.getpid()) - skip:
+        total += process_cpu(pid, ticks)
+    return total
+
+
+def process_cpu(pid: int, ticks: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / (ticks or os.sysconf("SC_CLK_TCK"))
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def load_line() -> str:
+    """The machine's load average beside its core count, for a report's header."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {cores()} cores"
+
+
+def free_cores() -> float:
+    """Cores not busy with other work right now (cores less the 1-minute load average)."""
+    return max(0.0, cores() - os.getloadavg()[0])
+
+
+def goal_line(label: str, value: str, goal: str, ok: bool | None) -> str:
+    """One figure with its goal beside it and a PASS/MISS mark (``None``: no mark)."""
+    mark = "    " if ok is None else ("PASS" if ok else "MISS")
+    return f"  [{mark}] {label:<52} {value:>16}   goal {goal}"
+
+
+class CpuMarks:
+    """The serving process's CPU clock at each request's arrival, by column.
+
+    Requests come one at a time, so a request's CPU is the clock's advance from its
+    arrival to the next request's (or the end): all its work, the reply's bytes included.
+    """
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str]] = []
+
+    def hook(self, column: str):
+        from aiohttp import web
+
+        @web.middleware
+        async def mark(request, handler):
+            self.marks.append((time.process_time(), column))
+            return await handler(request)
+
+        return mark
+
+    def per_request(self, end: float) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for (at, column), (after, _) in zip(self.marks, [*self.marks[1:], (end, "")], strict=True):
+            out.setdefault(column, []).append(after - at)
+        return out
+
+
+def deep_size(value: Any, seen: set[int] | None = None) -> int:
+    """Bytes of ``value`` and everything it holds (shared objects counted once)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in value.items())
+    elif isinstance(value, list | tuple | set | frozenset):
+        size += sum(deep_size(v, seen) for v in value)
+    elif hasattr(value, "__attrs_attrs__"):
+        size += sum(deep_size(getattr(value, a.name), seen) for a in value.__attrs_attrs__)
+    return size
