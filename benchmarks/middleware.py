@@ -159,6 +159,7 @@ async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, An
         for engine in engines:
             await engine.aclose()
         if slime is not None:
+            await slime.drop_session("slime")
             await runner.cleanup()
     turns = {}
     for column, points in zip(columns, played["latencies"], strict=True):

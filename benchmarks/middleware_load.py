@@ -129,8 +129,14 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
         cpu_before = cpu_seconds(exclude=driver.pids)
         report = await driver.aplay(plan)
         cpu = cpu_seconds(exclude=driver.pids) - cpu_before
+        # what a rollout does next: take each session's samples (timed, all sessions' work)
+        finish_cpu, finish_wall = cpu_seconds(exclude=driver.pids), time.perf_counter()
+        sample_tokens = 0
         for sid in sids:
-            await mw.drop_session(sid)
+            samples = await mw.finish_session(sid, reward=1.0)
+            sample_tokens += sum(len(sample.tokens) for sample in samples)
+        finish_cpu = cpu_seconds(exclude=driver.pids) - finish_cpu
+        finish_wall = time.perf_counter() - finish_wall
     finally:
         await mw.close()
         if close_engine is not None:
@@ -147,6 +153,9 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
         "engine_cores": report.engine_cpu / report.wall,
         "driver_busiest": report.driver_busiest(),
         "driver_cores": sum(c for c, _ in report.driver_cpu) / report.wall,
+        "finish_ms": finish_cpu / len(sids) * 1e3,
+        "finish_wall_ms": finish_wall / len(sids) * 1e3,
+        "sample_tokens": sample_tokens / len(sids),
         "p50_ms": percentile(added, 0.50) * 1e3,
         "p99_ms": percentile(added, 0.99) * 1e3,
         "max_ms": max(added) * 1e3,
@@ -195,6 +204,7 @@ FIGURES = (
     ("serving_cores", "serve cores", "{:.2f}", 13),
     ("engine_cores", "engine cores", "{:.2f}", 13),
     ("driver_busiest", "client max", "{:.2f}", 13),
+    ("finish_ms", "finish CPU ms", "{:.1f}", 15),
 )
 
 
@@ -229,6 +239,12 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
         if capacity and (workers, variant) in capacity:
             offered = s["turns_per_s"][0] / capacity[(workers, variant)]
             print(f"  {'':>12}  served {offered:.0%} of the capacity this configuration measured")
+    print(
+        "  (p50/p99/max: added latency at the client; serve CPU ms/t: the serving processes'\n"
+        "   CPU per turn; serve/engine cores: cores busy over the run; client max: the busiest\n"
+        "   load-generator process's share of a core, >= 0.90 is saturated; finish CPU ms:\n"
+        "   finish_session per session, after the run, its samples included)"
+    )
 
 
 def print_goals(result: dict[str, Any], args) -> None:

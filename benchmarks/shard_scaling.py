@@ -6,7 +6,11 @@
    (the middleware in this process) and ``workers=N`` (N worker processes behind the
    front). The scripted engine and the load generator run in a child process, so this
    process does only the middleware's (or the front's) work. The middleware's CPU time
-   (this process and the workers) per turn says what N cores would give on a calm machine.
+   (this process and the workers) per turn says what N cores would give on a calm machine;
+   the child's own CPU share says whether the load generator kept up (near 100% of a core:
+   the figures are its limit, not the middleware's). ``--repeat R`` runs R interleaved
+   rounds (1 N, N 1, …) and ends with the median (min) of each figure and the scaling
+   ratio, judged (>= 0.8 N) only where N workers and the child have cores of their own.
 2. The front's cost: a ~``--body-mb`` MB body (refused by the worker once read, so only
    the transport is timed) sent alternately through the front and straight to its
    worker's unix socket; the difference of the medians is what the front adds a turn.
@@ -22,9 +26,15 @@ import json
 import multiprocessing
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _measure import free_cores, goal_line, load_line, median_min, process_cpu
 
 from agentrl.adapters.recipe import MiddlewareRecipe
 from agentrl.adapters.shards import ShardedMiddleware
@@ -149,26 +159,29 @@ def _pct(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _saturate(conn, recipe, workers, sessions, turns, grow) -> None:
+async def _saturate(conn, recipe, workers, sessions, turns, grow, child_pid) -> dict:
     sm = ShardedMiddleware(workers=workers, build=recipe)
     await sm.start()
     try:
         tokens = {f"w{workers}-s{i}": sm.open_session(f"w{workers}-s{i}") for i in range(sessions)}
         if workers > 1:
             await asyncio.gather(*(sm.session(sid).opened for sid in tokens))
-        cpu, own = _cpu_seconds(sm.pids), _cpu_seconds(())
+        cpu, own, driver = _cpu_seconds(sm.pids), _cpu_seconds(()), process_cpu(child_pid)
         conn.send(("saturate", (sm.url, tokens, turns, grow)))
         loop = asyncio.get_running_loop()
         took, latencies = await loop.run_in_executor(None, conn.recv)
         cpu, own = _cpu_seconds(sm.pids) - cpu, _cpu_seconds(()) - own
+        driver = (process_cpu(child_pid) - driver) / took
         front = f", the front {own / len(latencies) * 1e3:.1f} ms of it" if workers > 1 else ""
         print(
             f"workers={workers}: {len(latencies)} turns in {took:.1f}s = "
             f"{len(latencies) / took:.1f} turns/s; latency p50 {_pct(latencies, 0.5) * 1e3:.0f} ms "
             f"p99 {_pct(latencies, 0.99) * 1e3:.0f} ms; middleware CPU "
-            f"{cpu / len(latencies) * 1e3:.1f} ms a turn{front} ({cpu / took:.2f} cores busy)",
+            f"{cpu / len(latencies) * 1e3:.1f} ms a turn{front} ({cpu / took:.2f} cores busy); "
+            f"engine + load generator {driver:.0%} of a core",
             flush=True,
         )
+        return {"turns_per_s": len(latencies) / took, "driver": driver}
     finally:
         await sm.close()
 
@@ -195,6 +208,29 @@ async def _measure_front(conn, recipe, workers, body_mb, rounds) -> None:
         await sm.close()
 
 
+def _scaling(runs: dict[int, list[dict]], workers: int, free: float) -> None:
+    """The median (min) turns/s of each worker count and the scaling goal, judged only where
+    the workers and the child (engine + load generator) have cores of their own."""
+    for count, results in runs.items():
+        median, least = median_min(r["turns_per_s"] for r in results)
+        print(f"workers={count}: median {median:.1f} (min {least:.1f}) turns/s over {len(results)}")
+    ratio = (
+        median_min(r["turns_per_s"] for r in runs[workers])[0]
+        / median_min(r["turns_per_s"] for r in runs[1])[0]
+    )
+    busiest = max(r["driver"] for rs in runs.values() for r in rs)
+    needed = workers + 1
+    goal = f">= {0.8 * workers:.1f}x"
+    label = f"saturation, {workers} workers vs 1: turns/s"
+    if free < needed:
+        why = f"{ratio:.2f}x; not measurable here ({needed} cores needed, {free:.1f} free)"
+        print(goal_line(label, "n/a", f"{goal} ({why})", None))
+    elif busiest >= 0.9:
+        print(goal_line(label, "n/a", f"{goal} (load generator saturated: {ratio:.2f}x)", None))
+    else:
+        print(goal_line(label, f"{ratio:.2f}x", goal, ratio >= 0.8 * workers))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -216,9 +252,20 @@ def main() -> None:
         tool_parser="hermes",
         reasoning_parser="qwen3",
     )
+    free = free_cores()  # before this benchmark's own load counts in the load average
+    print(f"machine: {load_line()} ({free:.1f} free)", flush=True)
+    runs: dict[int, list[dict]] = {1: [], args.workers: []}
     try:
-        for workers in (1, args.workers) * args.repeat:
-            asyncio.run(_saturate(ours, recipe, workers, args.sessions, args.turns, args.grow))
+        for index in range(args.repeat):
+            for workers in (1, args.workers) if index % 2 == 0 else (args.workers, 1):
+                runs[workers].append(
+                    asyncio.run(
+                        _saturate(
+                            ours, recipe, workers, args.sessions, args.turns, args.grow, child.pid
+                        )
+                    )
+                )
+        _scaling(runs, args.workers, free)
         if not args.skip_front:
             asyncio.run(_measure_front(ours, recipe, args.workers, args.body_mb, args.rounds))
     finally:
