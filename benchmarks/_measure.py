@@ -3,6 +3,7 @@ spreads of repeated rounds, and goal lines."""
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import statistics
@@ -137,3 +138,18 @@ def deep_size(value: Any, seen: set[int] | None = None) -> int:
     elif hasattr(value, "__attrs_attrs__"):
         size += sum(deep_size(getattr(value, a.name), seen) for a in value.__attrs_attrs__)
     return size
+
+
+async def timed_finish(mw, sid: str) -> dict[str, Any]:
+    """``finish_session``'s CPU and wall time, and the size of what it returned."""
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    samples = await mw.finish_session(sid, reward=1.0)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        "cpu_ms": cpu * 1e3,
+        "wall_ms": wall * 1e3,
+        "samples": len(samples),
+        "tokens": sum(len(s.tokens) for s in samples),
+        "bytes": sum(deep_size(s) for s in samples),
+    }

@@ -27,6 +27,11 @@
    its history every ``--edit-every`` turns: a system-reminder inserted, an earlier tool
    result rewritten, a tool added; those turns are the fallbacks, reported apart) and,
    with ``--slime-src``, ``slime``: slime's own ``AnthropicAdapter`` in this process.
+   ``--baseline-src DIR`` adds ``splice@base`` and ``render@base``, the same sessions
+   served by another checkout (``_baseline.py``); then ``splice`` and ``render`` are
+   served by a process of their own too, so both versions run in processes alike, and
+   "no slower than the previous code" is a same-turn ratio (DIR = this tree: an A/A run,
+   whose ratios are the method's noise).
 2. ``finish_session`` at the end of every round's session (columns in alternating order):
    its CPU and wall time, and the samples it built (count, tokens, approximate bytes).
 3. Bytes held per 128k session, in splice and render mode: tracemalloc of everything the
@@ -37,7 +42,7 @@ Every goal is judged on figures from this run. Load (realistic and saturation mo
 N workers) is ``benchmarks/middleware_load.py``.
 
     python benchmarks/middleware.py [--quick] [--rounds 2] [--max-tokens 131072]
-        [--slime-src DIR] [--json]
+        [--baseline-src DIR] [--slime-src DIR] [--json]
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _baseline import BASE_COLUMNS, BaselineServer, here, slime_server
 from _client import EDITS
 from _driver import Driver, Lockstep, Plan, Target, load_tokenizer
-from _measure import CpuMarks, deep_size, goal_line, load_line, median_min
+from _measure import CpuMarks, goal_line, load_line, median_min, timed_finish
 
 from agentrl.adapters.shard_wire import tune_gc
 
@@ -68,6 +74,18 @@ GOAL_CPU_MS = 5.0
 GOAL_FINISH_MS = 5.0
 GOAL_HELD_BYTES = 4_000_000
 COLUMNS = ("splice", "splice-json", "render", "full", "edits", "slime")
+#: Every column in the order printed (the baseline's beside their counterparts).
+SHOWN = ("splice", "splice@base", "splice-json", "render", "render@base", "full", "edits", "slime")
+#: Same-turn CPU ratios reported (a / b).
+RATIOS = (
+    ("full", "splice"),
+    ("render", "full"),
+    ("splice", "splice@base"),
+    ("render", "render@base"),
+    ("slime", "splice"),
+)
+#: "No slower than the baseline": a same-turn ratio within the method's noise.
+GOAL_BASE_RATIO = 1.05
 MODES: dict[str, dict[str, Any]] = {
     "splice": {"prompt_mode": "splice"},
     "splice-json": {"prompt_mode": "splice"},
@@ -91,76 +109,74 @@ def make_middleware(engine, tokenizer, **options: Any):
     )
 
 
-async def slime_server(url: str, tokenizer):
-    """slime's own AnthropicAdapter serving on 127.0.0.1, or why it cannot."""
-    try:
-        from aiohttp import web
-        from slime.agent.adapters.anthropic import AnthropicAdapter
-    except ImportError as exc:
-        return f"not available ({exc}; pass --slime-src at a slime checkout)"
-    adapter = AnthropicAdapter(tokenizer=tokenizer, sglang_url=url)
-    runner = web.AppRunner(adapter.app, handler_cancellation=True, access_log=None)
-    return adapter, runner
-
-
 async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, Any]:
     """Every column's session grown to ``max_tokens`` in lockstep, then finished."""
-    from aiohttp import web
-
     from agentrl.engines.sglang import SGLangEngine
 
     delay = args.engine_ms / 1e3
     url = driver.engine(delay=delay)
     columns = [c for c in args.columns if c != "slime"]
+    if args.baseline_src:  # each baseline column beside the column it is compared with
+        for base, local in BASE_COLUMNS.items():
+            if local in columns:
+                columns.insert(columns.index(local) + 1, base)
+    if "slime" in args.columns:
+        columns.append("slime")
     if index % 2:
         columns.reverse()
-    marks, engines, served, targets = CpuMarks(), [], {}, []
+    marks, engines, served, address = CpuMarks(), [], {}, {}
     unavailable: dict[str, str] = {}
-    for column in columns:
-        engine = SGLangEngine(url)
-        mw = make_middleware(engine, tokenizer, **MODES[column])
-        mw.app.middlewares.append(marks.hook(column))
-        await mw.start()
-        engines.append(engine)
-        served[column] = mw
-        target = Target(url=mw.url, token=mw.open_session(f"{column}-{index}"))
-        targets.append(_client_of(column, target, args))
-    slime = None
-    if "slime" in args.columns:
-        made = await slime_server(driver.engine(delay=delay, style="slime"), tokenizer)
-        if isinstance(made, str):
-            unavailable["slime"] = made
-        else:
-            slime, runner = made
-            slime.app.middlewares.append(marks.hook("slime"))
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            slime.open_session("slime")
-            targets.insert(
-                0 if index % 2 else len(targets),
-                Target(url=f"http://127.0.0.1:{port}", token="slime", stream=False),
-            )
-            columns.insert(0 if index % 2 else len(columns), "slime")
+    remote: dict[str, list[str]] = {}
+    if args.baseline_src:  # the compared columns of both versions in processes alike
+        remote[here()] = [c for c in BASE_COLUMNS.values() if c in columns]
+        remote[args.baseline_src] = [b for b in BASE_COLUMNS if b in columns]
+    servers, slime = [], None
     try:
-        played = await driver.alockstep(
-            Lockstep(targets=tuple(targets), until_tokens=args.max_tokens)
+        for column in columns:
+            if column == "slime" or any(column in names for names in remote.values()):
+                continue
+            engine = SGLangEngine(url)
+            engines.append(engine)
+            mw = served[column] = make_middleware(engine, tokenizer, **MODES[column])
+            mw.app.middlewares.append(marks.hook(column))
+            await mw.start()
+            address[column] = (mw.url, mw.open_session(f"{column}-{index}"))
+        for src, names in remote.items():
+            spec = {n: {"sid": f"{n}-{index}", **MODES[BASE_COLUMNS.get(n, n)]} for n in names}
+            servers.append(BaselineServer(src, url, spec))
+            address |= await servers[-1].start()
+        if "slime" in columns:
+            slime = await slime_server(driver.engine(delay=delay, style="slime"), tokenizer, marks)
+            if isinstance(slime, str):
+                unavailable["slime"], slime = slime, None
+                columns.remove("slime")
+            else:
+                address["slime"] = (slime[2], "slime")
+        targets = tuple(
+            _client_of(c, Target(url=address[c][0], token=address[c][1]), args) for c in columns
         )
+        played = await driver.alockstep(Lockstep(targets=targets, until_tokens=args.max_tokens))
         cpu = marks.per_request(time.process_time())
         finish = {}
         for column in columns[::-1] if index % 2 == 0 else columns:
-            if column != "slime":
+            if column in served:
                 finish[column] = await timed_finish(served[column], f"{column}-{index}")
         stats = {c: dict(mw.splice_stats) for c, mw in served.items()}
+        for server in servers:
+            figures = await server.finish()
+            cpu |= figures["cpu"]
+            finish |= figures["finish"]
+            stats |= figures["splice_stats"]
     finally:
         for mw in served.values():
             await mw.close()
         for engine in engines:
             await engine.aclose()
+        for server in servers:
+            server.kill()
         if slime is not None:
-            await slime.drop_session("slime")
-            await runner.cleanup()
+            await slime[0].drop_session("slime")
+            await slime[1].cleanup()
     turns = {}
     for column, points in zip(columns, played["latencies"], strict=True):
         if played["overruns"] > max(1, len(points) // 10):
@@ -172,7 +188,8 @@ async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, An
             {"cpu": c, "wall": lat - delay, "tokens": tok, "edit": edit}
             for (lat, tok, edit), c in zip(points, cpu[column], strict=True)
         ]
-    if "render" in columns and played["checked"] != len(turns["render"]):
+    checked = sum(len(turns[c]) for c in columns if c.startswith("render"))
+    if played["checked"] != checked:
         raise SystemExit("render: not every turn was checked against the full render")
     return {
         "turns": turns,
@@ -188,31 +205,18 @@ def _client_of(column: str, target: Target, args) -> Target:
 
     if column == "splice-json":
         return attrs.evolve(target, stream=False)
-    if column == "render":
+    if column.startswith("render"):
         return attrs.evolve(target, check_render=True)
+    if column == "slime":
+        return attrs.evolve(target, stream=False)
     if column == "edits":
         return attrs.evolve(target, edits=EDITS, edit_every=args.edit_every)
     return target
 
 
-async def timed_finish(mw, sid: str) -> dict[str, Any]:
-    """``finish_session``'s CPU and wall time, and the size of what it returned."""
-    gc.collect()
-    cpu, wall = time.process_time(), time.perf_counter()
-    samples = await mw.finish_session(sid, reward=1.0)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return {
-        "cpu_ms": cpu * 1e3,
-        "wall_ms": wall * 1e3,
-        "samples": len(samples),
-        "tokens": sum(len(s.tokens) for s in samples),
-        "bytes": sum(deep_size(s) for s in samples),
-    }
-
-
 def summarise(rounds: list[dict[str, Any]], args) -> dict[str, Any]:
     """Per size and column: median and min over the rounds' 3 turns nearest the size."""
-    columns = [c for c in COLUMNS if all(c in r["turns"] for r in rounds)]
+    columns = [c for c in SHOWN if all(c in r["turns"] for r in rounds)]
     rows = []
     for size in args.sizes:
         row: dict[str, Any] = {"tokens": size}
@@ -221,7 +225,7 @@ def summarise(rounds: list[dict[str, Any]], args) -> dict[str, Any]:
             for what in ("cpu", "wall"):
                 values = [t[what] * 1e3 for turns in near[column] for t in turns]
                 row[f"{column}_{what}"] = median_min(values)
-        for a, b in (("full", "splice"), ("render", "full"), ("slime", "splice")):
+        for a, b in RATIOS:
             if a in columns and b in columns:
                 ratios = [
                     x["cpu"] / y["cpu"]
@@ -240,7 +244,7 @@ def summarise(rounds: list[dict[str, Any]], args) -> dict[str, Any]:
         c: {k: median_min(r["finish"][c][k] for r in rounds) for k in ("cpu_ms", "wall_ms")}
         | {k: rounds[-1]["finish"][c][k] for k in ("samples", "tokens", "bytes")}
         for c in columns
-        if c != "slime"
+        if c in rounds[-1]["finish"]
     }
     return {
         "rounds": len(rounds),
@@ -313,19 +317,19 @@ def print_report(result: dict[str, Any]) -> None:
 
 
 def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
-    columns = [c for c in COLUMNS if f"{c}_cpu" in o["rows"][0]]
+    columns = [c for c in SHOWN if f"{c}_cpu" in o["rows"][0]]
     print(
         f"\nPer-turn CPU of the serving process, all-in (request bytes in -> response bytes "
         f"out, engine excluded), {o['turns']} turns a session, {o['rounds']} interleaved "
         "rounds; median (min) of the rounds' 3 turns nearest each size, in ms:"
     )
-    print(f"  {'tokens':>8}" + "".join(f"{c:>17}" for c in columns) + "   full/splice render/full")
+    print(f"  {'tokens':>8}" + "".join(f"{c:>17}" for c in columns))
     for row in o["rows"]:
-        cells = "".join(f"{_mm(row[f'{c}_cpu']):>17}" for c in columns)
-        print(
-            f"  {row['tokens']:>8,}{cells}{_x(row.get('full/splice')):>13}"
-            f"{_x(row.get('render/full')):>12}"
-        )
+        print(f"  {row['tokens']:>8,}" + "".join(f"{_mm(row[f'{c}_cpu']):>17}" for c in columns))
+    ratios = [f"{a}/{b}" for a, b in RATIOS if f"{a}/{b}" in o["rows"][0]]
+    print("\n  same-turn CPU ratios, median:" + "".join(f"{r:>19}" for r in ratios))
+    for row in o["rows"]:
+        print(f"  {row['tokens']:>28,}" + "".join(f"{_x(row[r]):>19}" for r in ratios))
     print(
         f"\n  wall at the client less the {engine_ms:.0f} ms engine delay (a loaded machine inflates it):"
     )
@@ -372,16 +376,12 @@ def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
                 value <= GOAL_FINISH_MS,
             )
         )
-    if last.get("render/full") is not None:
-        ratio = last["render/full"]
-        print(
-            goal_line(
-                f"render CPU / full re-render CPU at {size}, same turns",
-                f"{ratio:.2f}x",
-                "<= 1.00x",
-                ratio <= 1.0,
-            )
-        )
+    goals = (("render/full", 1.0), ("splice/splice@base", GOAL_BASE_RATIO))
+    for name, most in (*goals, ("render/render@base", GOAL_BASE_RATIO)):
+        if last.get(name) is not None:
+            ratio = last[name]
+            label = f"CPU {name} at {size}, same turns"
+            print(goal_line(label, f"{ratio:.2f}x", f"<= {most:.2f}x", ratio <= most))
 
 
 def print_held(held: dict[str, Any]) -> None:
@@ -421,6 +421,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS)
     parser.add_argument("--slime-src", default=None, help="a slime checkout (for the slime column)")
     parser.add_argument("--no-slime", dest="slime", action="store_false")
+    parser.add_argument(
+        "--baseline-src", default=None, help="another agentrl checkout: splice@base, render@base"
+    )
     parser.add_argument("--parts", nargs="+", default=["overhead", "held"])
     parser.add_argument("--held-modes", nargs="+", default=["splice", "render"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
