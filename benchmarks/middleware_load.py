@@ -13,9 +13,9 @@ send it) unless the variant is ``json``.
 
 Sessions are Claude-Code-shaped (Claude Code's real system prompt and tools, ~13k tokens
 to start); every tool result adds ``--lines`` lines of code (480 lines ~ 7k tokens), so a
-session grows past 128k tokens in 18 turns. ``--edit-every K`` makes every session edit
-its history every K turns (a reminder inserted, a tool result rewritten, a tool added:
-the splice fallbacks).
+session grows past 128k tokens in 18 turns. The ``edits`` variant (streaming) edits each
+session's history every 8 turns (``--edit-every K``: K, and in every variant): a reminder
+inserted, a tool result rewritten, a tool added, the turns where splicing falls back.
 
 1. saturation (the capacity): ``--sessions`` sessions in a closed loop (every client sends
    its next request as soon as its reply is in), 50 ms engine delay, each until 128k.
@@ -25,12 +25,13 @@ the splice fallbacks).
 
 Every configuration (workers x variant) runs in ``--rounds`` interleaved rounds (A B, B A,
 …); figures are the median (min) over rounds. Goals are judged on this run's figures only:
-realistic p99 added latency <= 20 ms (streaming); N workers >= 0.8 N x one worker's
+realistic p99 added latency <= 20 ms (streaming, and streaming with edits); N workers >= 0.8 N x one worker's
 turns/s at saturation, judged only when the machine has the cores for it (else it says
 so), and never while a load-generator process was saturated.
 
     python benchmarks/middleware_load.py [--quick] [--workers 1 2] [--clients 2]
-        [--variants stream json] [--rounds 2] [--fraction 0.5] [--edit-every 0] [--json]
+        [--variants stream json] [--realistic-variants stream edits] [--rounds 2]
+        [--fraction 0.5] [--edit-every K] [--json]
 """
 
 from __future__ import annotations
@@ -122,9 +123,9 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
             lines=shape.get("lines", args.lines),
             think=shape["think"],
             stagger=period / len(tokens) if shape["think"] else 0.0,
-            stream=variant == "stream",
-            edits=EDITS if args.edit_every else (),
-            edit_every=args.edit_every,
+            stream=variant != "json",
+            edits=EDITS if args.edit_every or variant == "edits" else (),
+            edit_every=args.edit_every or 8,
         )
         cpu_before = cpu_seconds(exclude=driver.pids)
         report = await driver.aplay(plan)
@@ -181,10 +182,15 @@ def interleaved(configs: list, rounds: int) -> list:
     return [c for r in range(rounds) for c in (configs if r % 2 == 0 else configs[::-1])]
 
 
+def capacity_of(capacity: dict[tuple, float], workers: int, variant: str) -> float | None:
+    """The capacity a configuration measured (an ``edits`` run: its streaming sibling's)."""
+    return capacity.get((workers, variant)) or capacity.get((workers, "stream"))
+
+
 def run_mode(driver, mode: str, configs, args, capacity=None) -> dict[tuple, list]:
     results: dict[tuple, list] = {c: [] for c in configs}
     for workers, variant in interleaved(configs, args.rounds):
-        shape = mode_shape(mode, args, capacity and capacity.get((workers, variant)))
+        shape = mode_shape(mode, args, capacity and capacity_of(capacity, workers, variant))
         result = asyncio.run(run_config(driver, mode, workers, variant, shape, args))
         results[(workers, variant)].append(result)
         if isinstance(result, str):
@@ -236,8 +242,8 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
         print(f"  {label:>12}{s['sessions']:>9}{cells}")
         if s["overruns"]:
             print(f"  {'':>12}  (the engine overran its delay in {s['overruns']} turns)")
-        if capacity and (workers, variant) in capacity:
-            offered = s["turns_per_s"][0] / capacity[(workers, variant)]
+        if capacity and capacity_of(capacity, workers, variant):
+            offered = s["turns_per_s"][0] / capacity_of(capacity, workers, variant)
             print(f"  {'':>12}  served {offered:.0%} of the capacity this configuration measured")
     print(
         "  (p50/p99/max: added latency at the client; serve CPU ms/t: the serving processes'\n"
@@ -250,10 +256,10 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
 def print_goals(result: dict[str, Any], args) -> None:
     realistic, saturation = result["realistic"], result["saturation"]
     for (workers, variant), s in realistic.items():
-        if variant != "stream" or isinstance(s, str):
+        if variant == "json" or isinstance(s, str):
             continue
-        served = s["turns_per_s"][0] / result["capacity"][(workers, variant)]
-        label = f"realistic, {workers} worker(s), stream, at {served:.0%} of capacity: p99"
+        served = s["turns_per_s"][0] / capacity_of(result["capacity"], workers, variant)
+        label = f"realistic, {workers} worker(s), {variant}, at {served:.0%} of capacity: p99"
         if s["driver_busiest_max"] >= DRIVER_SATURATED:
             busy = f"a client process at {s['driver_busiest_max']:.0%} of a core"
             print(goal_line(label, "not measurable", f"driver saturated ({busy})", None))
@@ -286,7 +292,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", nargs="+", type=int, default=None)
     parser.add_argument("--variants", nargs="+", default=["stream", "json"])
     parser.add_argument(
-        "--realistic-variants", nargs="+", default=["stream"], help="variants paced realistically"
+        "--realistic-variants",
+        nargs="+",
+        default=["stream", "edits"],
+        help="variants paced realistically (edits: streaming, history edited every 8 turns)",
     )
     parser.add_argument("--clients", type=int, default=2, help="load-generator processes")
     parser.add_argument("--rounds", type=int, default=2)
@@ -319,7 +328,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         result["capacity"] = capacity
         if "realistic" in args.modes:
             configs = [(w, v) for v in args.realistic_variants for w in args.workers]
-            configs = [c for c in configs if c in capacity]
+            configs = [c for c in configs if capacity_of(capacity, *c)]
             realistic = run_mode(driver, "realistic", configs, args, capacity)
             result["realistic"] = {c: summary(r) for c, r in realistic.items()}
         result["driver_pids"] = sorted(driver.pids)
