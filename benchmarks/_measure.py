@@ -52,6 +52,33 @@ def process_cpu(pid: int, ticks: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / (ticks or os.sysconf("SC_CLK_TCK"))
 
 
+def runqueue_wait(pids: Iterable[int]) -> float:
+    """Seconds the threads of ``pids`` have spent runnable but waiting for a CPU (the
+    scheduler's run queue, ``/proc/PID/task/*/schedstat``): the machine's queue, which a
+    busy shared machine adds to every latency measured on it. Threads that have exited
+    are not counted, so take differences over a run of long-lived threads."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / 1e9
+
+
+def serving_pids(exclude: set[int]) -> set[int]:
+    """This process and its descendants, less ``exclude``'d ones and theirs."""
+    skip = set(exclude)
+    for pid in exclude:
+        skip |= descendants(pid)
+    return {os.getpid(), *(descendants(os.getpid()) - skip)}
+
+
 def descendants(root: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():

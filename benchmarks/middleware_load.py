@@ -17,7 +17,7 @@ session grows past 128k tokens in 18 turns. The ``edits`` variant (streaming) ed
 session's history every 8 turns (``--edit-every K``: K, and in every variant): a reminder
 inserted, a tool result rewritten, a tool added, the turns where splicing falls back.
 
-1. saturation (the capacity): ``--sessions`` sessions in a closed loop (every client sends
+1. saturation (the capacity): ``--sessions`` (64) sessions in a closed loop (every client sends
    its next request as soon as its reply is in), 50 ms engine delay, each until 128k.
 2. realistic: 2 s generation and 1 s tool time a turn, sessions staggered over one turn
    period, each until 128k; the number of sessions is set so the offered load is
@@ -59,6 +59,8 @@ from _measure import (
     median_min,
     percentile,
     process_cpu,
+    runqueue_wait,
+    serving_pids,
 )
 
 from agentrl.adapters.shard_wire import tune_gc
@@ -127,9 +129,15 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
             edits=EDITS if args.edit_every or variant == "edits" else (),
             edit_every=args.edit_every or 8,
         )
+        serving = serving_pids(driver.pids)
         cpu_before = cpu_seconds(exclude=driver.pids)
+        waited = runqueue_wait(serving), runqueue_wait(driver.pids)
         report = await driver.aplay(plan)
         cpu = cpu_seconds(exclude=driver.pids) - cpu_before
+        waited = (
+            runqueue_wait(serving) - waited[0],
+            runqueue_wait(driver.pids) - waited[1],
+        )
         # what a rollout does next: take each session's samples (timed, all sessions' work)
         finish_cpu, finish_wall = cpu_seconds(exclude=driver.pids), time.perf_counter()
         sample_tokens = 0
@@ -154,6 +162,8 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
         "engine_cores": report.engine_cpu / report.wall,
         "driver_busiest": report.driver_busiest(),
         "driver_cores": sum(c for c, _ in report.driver_cpu) / report.wall,
+        "serve_wait_ms": waited[0] / turns * 1e3,
+        "driver_wait_ms": waited[1] / turns * 1e3,
         "finish_ms": finish_cpu / len(sids) * 1e3,
         "finish_wall_ms": finish_wall / len(sids) * 1e3,
         "sample_tokens": sample_tokens / len(sids),
@@ -193,6 +203,15 @@ def run_mode(driver, mode: str, configs, args, capacity=None) -> dict[tuple, lis
         shape = mode_shape(mode, args, capacity and capacity_of(capacity, workers, variant))
         result = asyncio.run(run_config(driver, mode, workers, variant, shape, args))
         results[(workers, variant)].append(result)
+        done = (
+            result
+            if isinstance(result, str)
+            else (
+                f"{result['turns']} turns, {result['turns_per_s']:.1f} turns/s, "
+                f"p99 {result['p99_ms']:.1f} ms, client max {result['driver_busiest']:.2f}"
+            )
+        )
+        print(f"  ({mode}, {workers}w {variant}: {done})", file=sys.stderr, flush=True)
         if isinstance(result, str):
             break
     return results
@@ -209,7 +228,9 @@ FIGURES = (
     ("cpu_ms_per_turn", "serve CPU ms/t", "{:.1f}", 15),
     ("serving_cores", "serve cores", "{:.2f}", 13),
     ("engine_cores", "engine cores", "{:.2f}", 13),
+    ("serve_wait_ms", "serve runq ms/t", "{:.1f}", 16),
     ("driver_busiest", "client max", "{:.2f}", 13),
+    ("driver_wait_ms", "drv runq ms/t", "{:.1f}", 15),
     ("finish_ms", "finish CPU ms", "{:.1f}", 15),
 )
 
@@ -247,9 +268,11 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
             print(f"  {'':>12}  served {offered:.0%} of the capacity this configuration measured")
     print(
         "  (p50/p99/max: added latency at the client; serve CPU ms/t: the serving processes'\n"
-        "   CPU per turn; serve/engine cores: cores busy over the run; client max: the busiest\n"
-        "   load-generator process's share of a core, >= 0.90 is saturated; finish CPU ms:\n"
-        "   finish_session per session, after the run, its samples included)"
+        "   CPU per turn; serve/engine cores: cores busy over the run; serve runq: time the\n"
+        "   serving threads waited for a CPU (the machine's queue), per turn; client max: the\n"
+        "   busiest load-generator process's share of a core, >= 0.90 is saturated; drv runq:\n"
+        "   the engine's and clients' wait for a CPU, per turn; finish CPU ms: finish_session\n"
+        "   per session, after the run, its samples included)"
     )
 
 
@@ -264,8 +287,9 @@ def print_goals(result: dict[str, Any], args) -> None:
             busy = f"a client process at {s['driver_busiest_max']:.0%} of a core"
             print(goal_line(label, "not measurable", f"driver saturated ({busy})", None))
             continue
-        value = s["p99_ms"][0]
-        print(goal_line(label, f"{value:.1f}ms", f"<= {GOAL_REALISTIC_P99_MS:.0f} ms", value <= 20))
+        value, waited = s["p99_ms"][0], s["serve_wait_ms"][0]
+        goal = f"<= {GOAL_REALISTIC_P99_MS:.0f} ms (serving waited {waited:.1f} ms/turn for a CPU)"
+        print(goal_line(label, f"{value:.1f}ms", goal, value <= GOAL_REALISTIC_P99_MS))
     one = saturation.get((1, "stream"))
     for (workers, variant), s in saturation.items():
         if workers == 1 or variant != "stream" or isinstance(s, str) or isinstance(one, str):
@@ -299,7 +323,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--clients", type=int, default=2, help="load-generator processes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--sessions", type=int, default=32, help="saturation sessions")
+    parser.add_argument("--sessions", type=int, default=64, help="saturation sessions")
     parser.add_argument("--fraction", type=float, default=0.5, help="realistic load / capacity")
     parser.add_argument("--edit-every", type=int, default=0, help="history edit every K turns")
     parser.add_argument("--lines", type=int, default=480, help="lines of code per tool result")
