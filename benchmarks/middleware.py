@@ -51,6 +51,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -63,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _baseline import BASE_COLUMNS, BaselineServer, here, slime_server
 from _client import EDITS
 from _driver import Driver, Lockstep, Plan, Target, load_tokenizer
-from _measure import CpuMarks, goal_line, load_line, median_min, timed_finish
+from _measure import CpuMarks, goal_line, load_line, median_min, runqueue_wait, timed_finish
 
 from agentrl.adapters.shard_wire import tune_gc
 
@@ -155,8 +156,10 @@ async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, An
         targets = tuple(
             _client_of(c, Target(url=address[c][0], token=address[c][1]), args) for c in columns
         )
+        waited = runqueue_wait([os.getpid()])
         played = await driver.alockstep(Lockstep(targets=targets, until_tokens=args.max_tokens))
         cpu = marks.per_request(time.process_time())
+        waited = (runqueue_wait([os.getpid()]) - waited) / max(1, len(marks.marks))
         finish = {}
         for column in columns[::-1] if index % 2 == 0 else columns:
             if column in served:
@@ -197,6 +200,7 @@ async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, An
         "splice_stats": stats,
         "unavailable": unavailable,
         "overruns": played["overruns"],
+        "waited": waited,
     }
 
 
@@ -256,6 +260,7 @@ def summarise(rounds: list[dict[str, Any]], args) -> dict[str, Any]:
         "finish": finish,
         "unavailable": rounds[0]["unavailable"],
         "overruns": sum(r["overruns"] for r in rounds),
+        "waited_ms": median_min(r["waited"] * 1e3 for r in rounds),
     }
 
 
@@ -336,6 +341,7 @@ def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
     for row in o["rows"]:
         cells = "".join(f"{_mm(row[f'{c}_wall']):>17}" for c in columns)
         print(f"  {row['tokens']:>8,}{cells}")
+    print(f"  (this process waited {_mm(o['waited_ms'])} ms a turn for a CPU, the machine's queue)")
     for column, why in o["unavailable"].items():
         print(f"  {column}: {why}")
     if o["overruns"]:
