@@ -15,7 +15,7 @@
    the transport is timed) sent alternately through the front and straight to its
    worker's unix socket; the difference of the medians is what the front adds a turn.
 
-    python benchmarks/shard_scaling.py [--workers 2] [--sessions 32] [--turns 6]
+    python benchmarks/shard_scaling.py [--workers 2] [--sessions 32] [--turns 24] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -235,11 +235,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--turns", type=int, default=24)
     parser.add_argument("--grow", type=int, default=8000, help="bytes of tool output a turn")
     parser.add_argument("--body-mb", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--repeat", type=int, default=1, help="alternate 1 and N this often")
+    parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds (1 N, N 1, ...)")
     parser.add_argument("--skip-front", action="store_true")
     args = parser.parse_args()
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
