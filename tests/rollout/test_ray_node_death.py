@@ -17,7 +17,7 @@ import sys
 import uuid
 
 import pytest
-from ray_support import SessionScript, rows, start
+from ray_support import SessionScript, rows, start, start_local_cluster
 from rollout_support import CLI_DIR, example_task_file
 
 from agentrl.sandboxes.docker import DockerSandbox
@@ -67,20 +67,7 @@ def _remove(host: str, ids: list[str]) -> None:
 @pytest.fixture
 def ray_cluster():
     """A head and ``node2`` on this machine, stopped (by their process groups) after."""
-    if os.environ.get("CI", "").lower() != "true":
-        pytest.importorskip("ray")
-    from agentrl.testing.ray_cluster import LocalRayCluster, RayStartError
-
-    if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis`")
-    cluster = LocalRayCluster(num_cpus=2, nodes=("node2",))
-    try:
-        cluster.start(("node2",))
-    except RayStartError as exc:
-        cluster.stop()
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"a local Ray cluster does not start here: {exc}")
+    cluster = start_local_cluster("node2")
     try:
         yield cluster
     finally:

@@ -25,8 +25,9 @@ from ray_support import (
     run,
     sandbox_processes,
     start,
+    start_local_cluster,
 )
-from rollout_support import CLI_DIR, example_task_file
+from rollout_support import example_task_file
 
 from agentrl.testing.ray_cluster import free_port
 
@@ -67,20 +68,7 @@ async def test_an_address_without_a_cluster_is_one_line_and_ray_loads_only_on_us
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A head and a second node, up for the whole module; nothing of them left after."""
-    if os.environ.get("CI", "").lower() != "true":
-        pytest.importorskip("ray")
-    from agentrl.testing.ray_cluster import LocalRayCluster, RayStartError
-
-    if not (CLI_DIR / "bin" / "claude").exists():
-        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis`")
-    cluster = LocalRayCluster(num_cpus=2, nodes=("node2",))
-    try:
-        cluster.start(("node2",))
-    except RayStartError as exc:
-        cluster.stop()
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"a local Ray cluster does not start here: {exc}")
+    cluster = start_local_cluster("node2")
     cluster.names = cluster.node_ids()
     try:
         yield cluster

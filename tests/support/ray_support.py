@@ -129,3 +129,26 @@ def sandbox_processes(state_dir: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def start_local_cluster(*nodes: str) -> Any:
+    """A started ``LocalRayCluster`` (head plus ``nodes``) on this machine, for a fixture
+    to yield and stop. Outside CI a machine without Ray or where Ray cannot start skips;
+    in CI both fail, as do missing agent CLIs."""
+    import pytest
+
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("ray")
+    from agentrl.testing.ray_cluster import LocalRayCluster, RayStartError
+
+    if not (CLI_DIR / "bin" / "claude").exists():
+        pytest.fail(f"agent CLIs missing in {CLI_DIR}; run `agentrl install-clis`")
+    cluster = LocalRayCluster(num_cpus=2, nodes=nodes)
+    try:
+        cluster.start(nodes)
+    except RayStartError as exc:
+        cluster.stop()
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"a local Ray cluster does not start here: {exc}")
+    return cluster
