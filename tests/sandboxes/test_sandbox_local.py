@@ -244,17 +244,24 @@ async def test_host_python_option_binds_this_interpreter(state_dir):
 
 
 async def test_fork_bomb_contained(state_dir):
-    """A fork bomb hits the process limit, is killed at its timeout, and the sandbox recovers."""
+    """A fork bomb hits the process limit, is killed at its timeout, and the sandbox recovers:
+    its processes are gone (counted until they are, within 10 s: the group's last members may
+    still be exiting when the timed-out exec returns on a busy machine)."""
     async with LocalSandbox(state_dir=state_dir, pids=64) as sb:
         started = time.monotonic()
         bomb = await sb.exec("b() { b | b & }; b; sleep 30", user="agent", timeout=3)
         took = time.monotonic() - started
         assert bomb.exit_code == EXIT_EXEC_TIMEOUT
         after = await sb.exec("echo alive", timeout=30)
-        count = await sb.exec("ls -d /proc/[0-9]* | wc -l")
+        deadline = time.monotonic() + 10
+        while True:
+            count = int((await sb.exec("ls -d /proc/[0-9]* | wc -l")).stdout)
+            if count < 20 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
     assert took < 15
     assert after.stdout == "alive\n"
-    assert int(count.stdout) < 20
+    assert count < 20
     assert sb.limits is not None and sb.limits.mode in ("cgroup-v1", "cgroup-v2", "rlimit")
 
 
