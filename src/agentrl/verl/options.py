@@ -38,7 +38,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: int) -> None:
     if value < 0:
         raise VerlLoopConfigError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
 
@@ -63,19 +63,19 @@ class VerlLoopOptions:
     tool_parser: str | None = "hermes"
     reasoning_parser: str | None = None
     #: Rollouts one verl agent-loop worker runs at once (0: as many as verl hands it).
-    max_concurrent_rollouts: int = attrs.field(default=0, validator=_positive)
+    max_concurrent_rollouts: int = attrs.field(default=0, validator=_non_negative)
     #: Sandboxes booting at once per worker (agent and grading boots alike).
-    boot_concurrency: int = attrs.field(default=16, validator=_positive)
+    boot_concurrency: int = attrs.field(default=16, validator=_non_negative)
     #: Where sandboxes reach the middleware: a unix socket (``local``) or TCP at public_host
     #: (``auto``: the address of the Ray node the agent-loop worker runs on).
     unix_socket: str | None = None
     public_host: str | None = None
     bind_host: str = "0.0.0.0"
-    port: int = attrs.field(default=0, validator=_positive)
+    port: int = attrs.field(default=0, validator=_non_negative)
     #: Tokenizer directory (default: verl's ``actor_rollout_ref.model.path``).
     tokenizer: str | None = None
-    fork_threshold_tokens: int = attrs.field(default=1024, validator=_positive)
-    max_engine_aborts: int = attrs.field(default=8, validator=_positive)
+    fork_threshold_tokens: int = attrs.field(default=1024, validator=_non_negative)
+    max_engine_aborts: int = attrs.field(default=8, validator=_non_negative)
     #: Where a dataset row keeps its agentrl task: this column, else ``extra_info[task_key]``.
     task_key: str = "agentrl_task"
     tasks_dir: str | None = None
