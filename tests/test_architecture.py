@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "agentrl.version",
         "agentrl.retry",
         "agentrl.jsonio",
+        "agentrl.wording",
     ),
     ("agentrl.trajectory", "agentrl.tokenizers", "agentrl.settings_doc"),
     (

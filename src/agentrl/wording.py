@@ -1,4 +1,4 @@
-"""How the commands say numbers of things: ``1 rollout``, ``2 rollouts``."""
+"""How agentrl says numbers of things in messages: ``1 rollout``, ``2 rollouts``."""
 
 from __future__ import annotations
 

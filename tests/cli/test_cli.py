@@ -217,7 +217,7 @@ def test_counts_are_said_in_the_singular_for_one(tmp_path):
     "1 turn" and "0 turns" alike for every command."""
     from rollout_support import example_task_file
 
-    from agentrl.cli.wording import count
+    from agentrl.wording import count
 
     assert (count(1, "turn"), count(0, "turn"), count(2, "sandbox", "sandboxes")) == (
         "1 turn",

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import click
 
 from agentrl.cli.options import PluginName, json_object_option, load_task_files
-from agentrl.cli.wording import count
 from agentrl.graders.check import (
     BROKEN,
     MISSING_IMAGE,
@@ -25,6 +24,7 @@ from agentrl.graders.check import (
     sandbox_factory_for,
 )
 from agentrl.graders.tasks import AUTO_GRADER, make_grader, select_grader
+from agentrl.wording import count
 
 __all__ = ["check_tasks_command"]
 

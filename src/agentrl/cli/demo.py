@@ -28,9 +28,9 @@ from typing import Any
 
 import click
 
-from agentrl.cli.wording import count
 from agentrl.rollout.runner import OUTPUT_DIRS, OUTPUT_FILES
 from agentrl.tokenizers import default_cache_dir
+from agentrl.wording import count
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import shutil
 import click
 
 from agentrl.cli.demo import DemoError, example_tasks_dir
-from agentrl.cli.wording import count
+from agentrl.wording import count
 
 __all__ = ["copy_examples", "example_files", "examples_command"]
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentrl.cli.options import json_object_option
-from agentrl.cli.wording import count
 from agentrl.graders.check import sandbox_factory_for
 from agentrl.graders.tasks import AUTO_GRADER, TaskLoadError, load_tasks, select_grader
 from agentrl.plugins import PluginError
 from agentrl.sandboxes.base import SandboxError
 from agentrl.sandboxes.images import ImageNeed, ImageReport
 from agentrl.types import Task
+from agentrl.wording import count
 
 if TYPE_CHECKING:
     from agentrl.rollout.stack import StackOptions

@@ -22,13 +22,13 @@ from agentrl.cli.options import (
     track_options,
     workers_option,
 )
-from agentrl.cli.wording import count
 from agentrl.harnesses.install_clis import find_cli_dir
 from agentrl.plugins import PluginError
 from agentrl.rollout.runner import RETRIED_OUTCOMES, Runner, RunSummary
 from agentrl.rollout.stack import Stack, StackError, StackOptions
 from agentrl.tokenizers import TokenizerError
 from agentrl.types import Task
+from agentrl.wording import count
 
 __all__ = [
     "find_cli_dir",

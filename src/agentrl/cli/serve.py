@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentrl import wording
 from agentrl.adapters.shard_handle import WorkerDiedError
-from agentrl.cli import wording
 from agentrl.cli.options import (
     PluginName,
     json_object_option,

@@ -7,7 +7,7 @@ import pathlib
 
 import click
 
-from agentrl.cli.wording import count
+from agentrl.wording import count
 
 __all__ = ["view_command"]
 

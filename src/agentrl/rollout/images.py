@@ -18,6 +18,7 @@ from agentrl.rollout.stack import StackError, StackOptions, merge_sandbox_option
 from agentrl.sandboxes.base import SandboxError
 from agentrl.sandboxes.images import ImageReport
 from agentrl.types import Task
+from agentrl.wording import count
 
 __all__ = ["ImageCheck", "MissingImagesError", "check_images"]
 
@@ -27,10 +28,11 @@ class MissingImagesError(StackError):
 
     def __init__(self, report: ImageReport, task_files: Sequence[str] = ()) -> None:
         self.report = report
-        count = len(report.missing_tasks())
+        missing = len(report.missing_tasks())
         files = " ".join(task_files) or "TASKS"
+        needs = "needs" if missing == 1 else "need"
         super().__init__(
-            f"{count} task{'s need' if count != 1 else ' needs'} images the {report.backend} "
+            f"{count(missing, 'task')} {needs} images the {report.backend} "
             f"daemon at {report.where} does not hold (nothing was started):\n"
             f"{report.describe_missing()}\n"
             f"get them with: agentrl images pull {files}\n"

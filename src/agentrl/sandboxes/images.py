@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
+from agentrl.wording import count
+
 __all__ = ["ImageNeed", "ImageReport", "group_needs"]
 
 #: How a task that names no image (and gets no default) is shown in a report.
@@ -83,8 +85,7 @@ class ImageReport:
         for need in self.missing:
             shown = ", ".join(need.tasks[:max_tasks])
             more = f", … ({len(need.tasks)} in all)" if len(need.tasks) > max_tasks else ""
-            count = f"{len(need.tasks)} task{'s' if len(need.tasks) != 1 else ''}"
-            lines.append(f"  {need.name}  ({count}: {shown}{more})")
+            lines.append(f"  {need.name}  ({count(len(need.tasks), 'task')}: {shown}{more})")
         return "\n".join(lines)
 
 
