@@ -114,12 +114,12 @@ async def _serve(engine_url: str, columns: dict[str, dict[str, Any]]) -> None:
     try:
         from agentrl.adapters import Middleware
     except ImportError:
-        from agentrl.adapters.middleware import Middleware
+        from agentrl.serve.middleware import Middleware
     from agentrl.engines.sglang import SGLangEngine
 
     tokenizer = load_tokenizer()
     try:
-        from agentrl.adapters.shard_wire import tune_gc
+        from agentrl.serve.shard_wire import tune_gc
     except ImportError:
         pass
     else:

@@ -432,7 +432,7 @@ class _RenderCheck:
         self.turns = 0
 
     def check(self, client: ClientSession) -> None:
-        from agentrl.adapters.rendering import render_full
+        from agentrl.prompts.rendering import render_full
 
         # the request just answered: the history before its reply and tool result
         body = {**client.body, "messages": client.messages[:-2]}

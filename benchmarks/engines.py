@@ -51,9 +51,9 @@ from typing import Any
 import aiohttp
 from _driver import goal_line
 
-from agentrl.adapters.middleware import Middleware
 from agentrl.engines.vllm import VLLMEngine
 from agentrl.parsers.hermes import HermesToolCallParser
+from agentrl.serve.middleware import Middleware
 from agentrl.testing.stack import builtin_adapters
 from agentrl.tokenizers import load_tokenizer
 from agentrl.trajectory import TrajectoryManager

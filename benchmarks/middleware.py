@@ -66,7 +66,7 @@ from _client import EDITS
 from _driver import Driver, Lockstep, Plan, Target, load_tokenizer
 from _measure import CpuMarks, goal_line, load_line, median_min, runqueue_wait, timed_finish
 
-from agentrl.adapters.shard_wire import tune_gc
+from agentrl.serve.shard_wire import tune_gc
 
 SIZES = (16_384, 32_768, 65_536, 131_072)
 QUICK_SIZES = (16_384, 20_480)

@@ -84,8 +84,8 @@ async def serve(workers: int, tok_dir: str, engine_url: str):
     from transformers import PreTrainedTokenizerFast
 
     if workers > 1:
-        from agentrl.adapters.recipe import MiddlewareRecipe
-        from agentrl.adapters.shards import ShardedMiddleware
+        from agentrl.serve.recipe import MiddlewareRecipe
+        from agentrl.serve.shards import ShardedMiddleware
 
         recipe = MiddlewareRecipe(engine_url=engine_url, tokenizer=tok_dir)
         sm = ShardedMiddleware(workers=workers, build=recipe)

@@ -63,7 +63,7 @@ from _measure import (
     serving_pids,
 )
 
-from agentrl.adapters.shard_wire import tune_gc
+from agentrl.serve.shard_wire import tune_gc
 
 #: Goals (issues 15 and 34).
 GOAL_REALISTIC_P99_MS = 20.0
@@ -76,7 +76,7 @@ DRIVER_SATURATED = 0.9
 def shards_class():
     """``ShardedMiddleware`` where this build has it, else None."""
     try:
-        from agentrl.adapters.shards import ShardedMiddleware
+        from agentrl.serve.shards import ShardedMiddleware
     except ImportError:
         return None
     return ShardedMiddleware

@@ -5,7 +5,7 @@ real Python source files) under the Qwen3 template and times, at each turn, both
 ``IncrementalRenderer.render`` and the full ``apply_chat_template(..., tokenize=True)``
 that a re-render-everything middleware performs. Every turn also checks that both give
 identical ids. Then one turn's new text (each source piece wrapped as a tool result's
-seam) is tokenized with and without the ASCII BPE path (``agentrl.adapters.ascii_bpe``),
+seam) is tokenized with and without the ASCII BPE path (``agentrl.prompts.ascii_bpe``),
 ids compared; goal: at least 2x the tokenizer alone.
 
     python benchmarks/rendering.py [--sizes 16000,32000,64000,131072] [--repeat 5]
@@ -21,7 +21,7 @@ import time
 
 from _driver import goal_line
 
-from agentrl.adapters.rendering import IncrementalRenderer
+from agentrl.prompts.rendering import IncrementalRenderer
 from agentrl.tokenizers import build_qwen_tokenizer
 
 TOOLS = [
@@ -138,7 +138,7 @@ def measure(tokenizer, sizes, repeat):
 def measure_new_text(tokenizer, repeat):
     """One turn's new text (each real source piece, as its tool result's seam) tokenized by
     ``SegmentEncoder`` with and without the ASCII BPE path, CPU per piece; ids compared."""
-    from agentrl.adapters.segments import SegmentEncoder
+    from agentrl.prompts.segments import SegmentEncoder
 
     encoder = SegmentEncoder.for_tokenizer(tokenizer)
     if encoder is None or encoder.ascii_bpe is None:

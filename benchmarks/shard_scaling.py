@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _measure import free_cores, goal_line, load_line, median_min, process_cpu
 
-from agentrl.adapters.recipe import MiddlewareRecipe
-from agentrl.adapters.shards import ShardedMiddleware
+from agentrl.serve.recipe import MiddlewareRecipe
+from agentrl.serve.shards import ShardedMiddleware
 from agentrl.tokenizers import qwen_tokenizer_dir
 
 FILLER = "The quick brown fox jumps over the lazy dog; the test output reads OK. "

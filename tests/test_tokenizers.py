@@ -140,7 +140,7 @@ def test_load_tokenizer_errors_say_what_to_do(tmp_path):
 PROBE_WITHOUT_JINJA2 = """
 import json, sys
 from transformers import PreTrainedTokenizerFast
-from agentrl.adapters.middleware import Middleware
+from agentrl.serve.middleware import Middleware
 from agentrl.tokenizers import ChatTemplateUnavailableError, load_tokenizer
 
 errors = {}

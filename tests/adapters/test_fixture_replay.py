@@ -33,7 +33,7 @@ from middleware_support import (
 )
 
 from agentrl.adapters import anthropic, openai_chat, openai_responses
-from agentrl.adapters.rendering import IncrementalRenderer
+from agentrl.prompts.rendering import IncrementalRenderer
 
 pytest_plugins = ("middleware_fixtures",)
 

@@ -16,9 +16,9 @@ import time
 import aiohttp
 import pytest
 
-from agentrl.adapters import limits
 from agentrl.adapters.base import ProtocolError
-from agentrl.adapters.turns import Turn
+from agentrl.serve import limits
+from agentrl.serve.turns import Turn
 from agentrl.testing.stack import started_middleware
 
 PROTOCOLS = ("anthropic", "openai_chat", "openai_responses")
@@ -472,7 +472,7 @@ async def test_header_overflow_is_400_without_a_traceback(
     headers, agentrl_middleware, client_for, no_tracebacks
 ):
     """Attack: a 40 KB header line, or 300 headers: past the HTTP parser's own ceilings
-    (a 16 KB one is the route's 431, tests/adapters/test_middleware_abuse.py). Bound: 400,
+    (a 16 KB one is the route's 431, tests/serve/test_middleware_abuse.py). Bound: 400,
     logged on one line with no traceback (aiohttp's low-level server logged one before)."""
     request = (
         b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n" + headers + b"Content-Length: 2\r\n\r\n{}"

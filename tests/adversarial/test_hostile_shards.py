@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from shard_support import recipe, scripted
 
-from agentrl.adapters.shards import ShardedMiddleware
+from agentrl.serve.shards import ShardedMiddleware
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agentrl.adapters.rendering import IncrementalRenderer, render_full
 from agentrl.cli import cli, demo
 from agentrl.cli.demo import (
     DEMO_CHAT_TEMPLATE,
@@ -28,6 +27,7 @@ from agentrl.cli.demo import (
 )
 from agentrl.harnesses import install_clis
 from agentrl.parsers.hermes import HermesToolCallParser
+from agentrl.prompts.rendering import IncrementalRenderer, render_full
 
 TOOLS = [
     {

@@ -33,12 +33,12 @@ from rollout_support import (
 )
 
 from agentrl import plugins
-from agentrl.adapters.middleware import Middleware
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.harnesses.codex import CodexHarness
 from agentrl.rollout import DEFAULT_PROMPT, RolloutConfig, RolloutResult, render_prompt, run_rollout
 from agentrl.sandboxes.local import LocalSandbox, processes_in_namespace
+from agentrl.serve.middleware import Middleware
 from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.testing.stack import started_middleware
 from agentrl.types import Outcome, Task

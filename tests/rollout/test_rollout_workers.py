@@ -15,11 +15,11 @@ import pytest
 from rollout_support import CLI_DIR, SANDBOX_PORT, claude_solution, textstats_task
 from shard_support import alive, recipe
 
-from agentrl.adapters.shards import ShardedMiddleware
 from agentrl.graders.scaleswe import ScaleSWEGrader
 from agentrl.harnesses.claude_code import ClaudeCodeHarness
 from agentrl.rollout import RolloutConfig, run_rollout
 from agentrl.sandboxes.local import LocalSandbox
+from agentrl.serve.shards import ShardedMiddleware
 from agentrl.testing.scripted_engine import ScriptedReply
 from agentrl.types import Outcome
 

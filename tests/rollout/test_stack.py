@@ -400,7 +400,7 @@ async def test_a_stack_with_two_workers_serves_through_a_sharded_middleware(qwen
     recipe carries the stack's options, and closing the stack stops them."""
     from shard_support import alive
 
-    from agentrl.adapters.shards import ShardedMiddleware
+    from agentrl.serve.shards import ShardedMiddleware
 
     options = StackOptions(
         engine_url="http://127.0.0.1:9",

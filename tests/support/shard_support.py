@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from agentrl.adapters.recipe import MiddlewareRecipe
+from agentrl.serve.recipe import MiddlewareRecipe
 from agentrl.testing.scripted_engine import ScriptedEngine, ScriptedReply
 
 

@@ -1,4 +1,10 @@
-"""Wire-protocol adapters served by the middleware (built-in plugin `agentrl.adapters`)."""
+"""Wire-protocol adapters served by the middleware (built-in plugin `agentrl.adapters`).
+
+The contract is :mod:`agentrl.adapters.base`; the built-in protocols are
+:mod:`~agentrl.adapters.anthropic` (Messages), :mod:`~agentrl.adapters.openai_responses` and
+:mod:`~agentrl.adapters.openai_chat`. ``agentrl.adapters.Middleware`` is the server that
+serves them (:mod:`agentrl.serve.middleware`), kept at this path for users and plugins.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from typing import TYPE_CHECKING
 from agentrl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.serve.middleware import Middleware
 
 __all__ = ["Middleware"]
 
@@ -15,7 +21,7 @@ __all__ = ["Middleware"]
 def __getattr__(name: str) -> object:
     # ``agentrl.adapters.Middleware`` without loading aiohttp when the package is imported.
     if name == "Middleware":
-        from agentrl.adapters.middleware import Middleware
+        from agentrl.serve.middleware import Middleware
 
         return Middleware
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,20 +22,15 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
-from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError, Reply
 from agentrl.adapters.wire import (
     chat_tool_call,
     content_text,
     expect_type,
     fold_system_messages_with_ids,
     function_tool,
-    json_reply,
     positive_int_field,
     sampling_hints,
-    send_sse,
-    sse_event,
 )
 
 __all__ = ["AnthropicAdapter"]
@@ -265,9 +260,9 @@ class AnthropicAdapter(Adapter):
             stop_reason = "end_turn"
         return blocks, stop_reason
 
-    async def respond(
-        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
-    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+    def respond(
+        self, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[Reply, dict[str, Any] | None]:
         blocks, stop_reason = self.build_blocks(turn)
         # Recorded with its reasoning whatever the client sees: that is what was sampled,
         # and a replay without the thinking block is restored to it by its other wire ids.
@@ -290,7 +285,7 @@ class AnthropicAdapter(Adapter):
             "usage": usage,
         }
         if not chat.stream:
-            return json_reply(message), recorded
+            return Reply(message), recorded
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage}}
         start["usage"]["output_tokens"] = 0
         events = [{"type": "message_start", "message": start}, {"type": "ping"}]
@@ -304,8 +299,7 @@ class AnthropicAdapter(Adapter):
             },
             {"type": "message_stop"},
         ]
-        response = await send_sse(request, (sse_event(e["type"], e) for e in events))
-        return response, recorded
+        return Reply(events=tuple((e["type"], e) for e in events)), recorded
 
 
 def visible_blocks(blocks: list[dict[str, Any]], display: str) -> list[dict[str, Any]]:

@@ -2,16 +2,18 @@
 
 An adapter turns a request body in its protocol into a :class:`ChatRequest` (chat-template
 messages, tool schemas, the client's sampling hints) and turns an :class:`AssistantTurn`
-(what the engine sampled, parsed) into its protocol's reply, JSON or SSE. Everything else
-— sessions, rendering, the engine call, recording — is the middleware's.
+(what the engine sampled, parsed) into its protocol's reply, a :class:`Reply` of plain
+values (a JSON body, or server-sent events). Everything else — the HTTP server, sessions,
+prompt building, the engine call, writing the reply, recording — is the middleware's
+(:mod:`agentrl.serve`), so a protocol is tested by calling it, without a server.
 
 The assistant message recorded in the trajectory is the adapter's own translation of the
 wire reply it sent (the second value :meth:`Adapter.respond` returns), so the client's
 verbatim replay of that reply on the next turn translates to the same message; the
 middleware then puts back the text and reasoning exactly as sampled
-(:mod:`agentrl.adapters.sampled`), which the reply may show trimmed, and restores a
+(:mod:`agentrl.prompts.sampled`), which the reply may show trimmed, and restores a
 replay that differs from it only so.
-Helpers for writing an adapter (field checks, content parts, SSE) are in
+Helpers for writing an adapter (field checks, content parts, tool calls) are in
 :mod:`agentrl.adapters.wire`.
 """
 
@@ -21,7 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
-from aiohttp import web
 
 from agentrl.parsers.base import ToolCall
 
@@ -30,6 +31,7 @@ __all__ = [
     "AssistantTurn",
     "ChatRequest",
     "ProtocolError",
+    "Reply",
     "generic_error_body",
 ]
 
@@ -119,6 +121,20 @@ class AssistantTurn:
     sampled_reasoning: str | None = None
 
 
+@attrs.frozen
+class Reply:
+    """A protocol's reply as plain values; the middleware writes it to the client.
+
+    ``events`` None: ``body`` (a JSON value) is sent with ``status``. Otherwise the reply is
+    a 200 event stream of ``events``, each ``(event name or None, data)``; ``data`` is
+    JSON-encoded unless it is already a string (OpenAI's ``[DONE]``).
+    """
+
+    body: Any = None
+    status: int = 200
+    events: tuple[tuple[str | None, Any], ...] | None = None
+
+
 class Adapter:
     """A wire protocol served by the middleware. Subclasses set ``name`` and ``routes``."""
 
@@ -131,10 +147,10 @@ class Adapter:
         """Translate a parsed JSON body; raise :class:`ProtocolError` on bad input."""
         raise NotImplementedError
 
-    async def respond(
-        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
-    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-        """Send the reply; return the response and the assistant message to record."""
+    def respond(
+        self, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[Reply, dict[str, Any] | None]:
+        """The reply to send and the assistant message to record (its translation)."""
         raise NotImplementedError
 
     def error_body(self, error: ProtocolError) -> dict[str, Any]:
@@ -144,7 +160,3 @@ class Adapter:
     def count_reply(self, input_tokens: int) -> dict[str, Any]:
         """The body answering a token-count request (protocols that have one)."""
         return {"input_tokens": input_tokens}
-
-    def error_response(self, error: ProtocolError) -> web.Response:
-        """The JSON error response for ``error``, with its status."""
-        return web.json_response(self.error_body(error), status=error.status)

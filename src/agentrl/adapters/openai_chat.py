@@ -17,9 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
-from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError, Reply
 from agentrl.adapters.wire import (
     chat_tool_call,
     content_text,
@@ -28,14 +26,11 @@ from agentrl.adapters.wire import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    json_reply,
     parse_arguments,
     positive_int_field,
     refuse_logprobs,
     refuse_structured_output,
     sampling_hints,
-    send_sse,
-    sse_event,
 )
 
 __all__ = ["OpenAIChatAdapter"]
@@ -187,9 +182,9 @@ class OpenAIChatAdapter(Adapter):
             finish = "length" if turn.finish_reason == "length" else "stop"
         return message, finish
 
-    async def respond(
-        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
-    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+    def respond(
+        self, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[Reply, dict[str, Any] | None]:
         message, finish = self.build_message(turn)
         recorded, _ = translate_assistant(message, "reply")
         usage = {
@@ -209,11 +204,11 @@ class OpenAIChatAdapter(Adapter):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage,
             }
-            return json_reply(body), recorded
+            return Reply(body), recorded
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> tuple[None, Any]:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-            return sse_event(None, {**head, "object": "chat.completion.chunk", "choices": [choice]})
+            return None, {**head, "object": "chat.completion.chunk", "choices": [choice]}
 
         events = [chunk({"role": "assistant", "content": ""})]
         if turn.reasoning:
@@ -225,6 +220,6 @@ class OpenAIChatAdapter(Adapter):
         events.append(chunk({}, finish))
         if chat.context.get("include_usage"):
             body = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
-            events.append(sse_event(None, body))
-        events.append(sse_event(None, "[DONE]"))
-        return await send_sse(request, events), recorded
+            events.append((None, body))
+        events.append((None, "[DONE]"))
+        return Reply(events=tuple(events)), recorded

@@ -23,9 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
-from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError
+from agentrl.adapters.base import Adapter, AssistantTurn, ChatRequest, ProtocolError, Reply
 from agentrl.adapters.wire import (
     chat_tool_call,
     content_text,
@@ -34,14 +32,11 @@ from agentrl.adapters.wire import (
     fold_system_messages_with_ids,
     function_tool,
     int_field,
-    json_reply,
     parse_arguments,
     positive_int_field,
     refuse_logprobs,
     refuse_structured_output,
     sampling_hints,
-    send_sse,
-    sse_event,
 )
 from agentrl.adapters.wire_ids import unseal_text
 
@@ -318,9 +313,9 @@ class OpenAIResponsesAdapter(Adapter):
             output.append(item)
         return output
 
-    async def respond(
-        self, request: web.Request, chat: ChatRequest, turn: AssistantTurn
-    ) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+    def respond(
+        self, chat: ChatRequest, turn: AssistantTurn
+    ) -> tuple[Reply, dict[str, Any] | None]:
         output = self.build_output(chat, turn)
         recorded_messages, _ = translate_input(output, None, chat.context["tools"])
         recorded = recorded_messages[0] if recorded_messages else None
@@ -344,7 +339,7 @@ class OpenAIResponsesAdapter(Adapter):
             "usage": usage,
         }
         if not chat.stream:
-            return json_reply(response_obj), recorded
+            return Reply(response_obj), recorded
         pending = {**response_obj, "status": "in_progress", "output": [], "usage": None}
         pending["incomplete_details"] = None
         events = [
@@ -355,11 +350,11 @@ class OpenAIResponsesAdapter(Adapter):
             events += _item_events(index, item)
         final = "response.incomplete" if incomplete else "response.completed"
         events.append({"type": final, "response": response_obj})
-        stream = (
-            sse_event(e["type"], {"type": e["type"], "sequence_number": n, **e})
+        stream = tuple(
+            (e["type"], {"type": e["type"], "sequence_number": n, **e})
             for n, e in enumerate(events)
         )
-        return await send_sse(request, stream), recorded
+        return Reply(events=stream), recorded
 
 
 def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Helpers for writing an adapter: field checks, content parts, tool calls, SSE.
+"""Helpers for writing an adapter: field checks, content parts, tool calls.
 
 The contract itself (:class:`~agentrl.adapters.base.Adapter` and its values) is in
 :mod:`agentrl.adapters.base`; these are the pieces every built-in protocol shares when it
@@ -8,14 +8,11 @@ translates a request body or writes its reply.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from aiohttp import web
-
-from agentrl import jsonio
 from agentrl.adapters.base import ProtocolError
-from agentrl.adapters.limits import check_json, too_deep
+from agentrl.serve.limits import check_json, too_deep
 
 __all__ = [
     "SYSTEM_REMINDER_CLOSE",
@@ -28,15 +25,12 @@ __all__ = [
     "fold_system_messages_with_ids",
     "function_tool",
     "int_field",
-    "json_reply",
     "number_field",
     "parse_arguments",
     "positive_int_field",
     "refuse_logprobs",
     "refuse_structured_output",
     "sampling_hints",
-    "send_sse",
-    "sse_event",
     "stop_field",
 ]
 
@@ -218,7 +212,7 @@ def parse_arguments(arguments: Any, field: str = "arguments") -> dict[str, Any] 
     """Tool-call arguments as a dict when they are a JSON object, else the raw string.
 
     JSON nested too deep or holding a lone surrogate is a 400 naming ``field``
-    (:func:`~agentrl.adapters.limits.check_json`).
+    (:func:`~agentrl.serve.limits.check_json`).
     """
     if isinstance(arguments, dict):
         return arguments
@@ -254,38 +248,3 @@ def function_tool(name: str, description: str, parameters: Any) -> dict[str, Any
         "type": "function",
         "function": {"name": name, "description": description or "", "parameters": parameters},
     }
-
-
-def json_reply(data: Any, *, status: int = 200) -> web.Response:
-    """A JSON reply (``application/json; charset=utf-8``), encoded by :mod:`agentrl.jsonio`."""
-    return web.Response(
-        body=jsonio.dumps(data), status=status, content_type="application/json", charset="utf-8"
-    )
-
-
-def sse_event(event: str | None, data: Any) -> bytes:
-    """One server-sent event; ``data`` is JSON-encoded unless it is already a string."""
-    payload = data.encode() if isinstance(data, str) else jsonio.dumps(data)
-    head = b"event: " + event.encode() + b"\n" if event else b""
-    return head + b"data: " + payload + b"\n\n"
-
-
-async def send_sse(request: web.Request, events: Iterable[bytes]) -> web.StreamResponse:
-    """Send a whole event stream; the generation is complete, so it goes in one write.
-
-    The events are built before the 200 headers go out, so an error building them is
-    still answered as an error, not as a broken stream.
-    """
-    payload = b"".join(events)
-    response = web.StreamResponse(
-        status=200,
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        },
-    )
-    await response.prepare(request)
-    await response.write(payload)
-    await response.write_eof()
-    return response

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentrl import wording
-from agentrl.adapters.shard_handle import WorkerDiedError
 from agentrl.cli.options import (
     PluginName,
     json_object_option,
@@ -35,14 +34,15 @@ from agentrl.cli.options import (
     workers_option,
 )
 from agentrl.harnesses.base import ClientSetup
+from agentrl.serve.shard_handle import WorkerDiedError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from agentrl.adapters.middleware import Middleware
-    from agentrl.adapters.recipe import MiddlewareRecipe
-    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.engines.base import Engine
+    from agentrl.serve.middleware import Middleware
+    from agentrl.serve.recipe import MiddlewareRecipe
+    from agentrl.serve.shards import ShardedMiddleware
 
 __all__ = ["serve"]
 
@@ -142,8 +142,8 @@ async def run_server(
     address cannot be bound or a worker cannot start; ``warn`` (default: stderr) gets one
     line when the engine does not answer its health check.
     """
-    from agentrl.adapters.probes import engine_problem
-    from agentrl.adapters.shard_wire import tune_gc
+    from agentrl.serve.probes import engine_problem
+    from agentrl.serve.shard_wire import tune_gc
 
     if warn is None:
 
@@ -223,12 +223,12 @@ def new_middleware(
 ) -> Middleware | ShardedMiddleware:
     """The in-process middleware (``workers == 1``) or ``workers`` built from ``recipe``."""
     if workers > 1:
-        from agentrl.adapters.shards import ShardedMiddleware
+        from agentrl.serve.shards import ShardedMiddleware
 
         if recipe is None:
             raise ValueError("workers > 1 needs the recipe every worker builds its middleware from")
         return ShardedMiddleware(workers=workers, build=recipe)
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.serve.middleware import Middleware
     from agentrl.trajectory import TrajectoryManager
 
     if tokenizer is None:
@@ -325,7 +325,7 @@ def serve(
     reward: float,
 ) -> None:
     """Run the middleware alone and print how to point Claude Code, Codex or an SDK at it."""
-    from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
+    from agentrl.serve.recipe import MiddlewareRecipe, check_shardable
 
     tokenizer = None
     if workers == 1:

@@ -1,6 +1,6 @@
 """Drive scenarios through the real middleware over HTTP, in a prompt mode, and report.
 
-For each scenario and mode: a fresh :class:`~agentrl.adapters.middleware.Middleware`
+For each scenario and mode: a fresh :class:`~agentrl.serve.middleware.Middleware`
 (the real adapter of the protocol, the real chat template and parsers) in front of a
 :class:`~agentrl.preflight.engine.ScriptedTokenEngine`, started on ``127.0.0.1``; the
 scripted client posts each request the way its CLI does, the session is finished, and its
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentrl.adapters.splice import PROMPT_MODES
 from agentrl.preflight.clients import CLIENTS, ParsedCall, WireClient
 from agentrl.preflight.engine import EngineCall, ScriptedCompletion, ScriptedTokenEngine
 from agentrl.preflight.report import DrivenTurn, SessionReport, analyse
 from agentrl.preflight.scenarios import SCENARIOS, ModelTurn, Scenario, completion_text
+from agentrl.prompts.splice import PROMPT_MODES
 from agentrl.trajectory import TrajectoryManager
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ async def run_scenario(
     """Run ``scenario`` over ``protocol`` in prompt mode ``mode``; its report."""
     import aiohttp
 
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.serve.middleware import Middleware
 
     if protocol not in CLIENTS:
         raise PreflightError(

@@ -11,8 +11,8 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from agentrl import plugins
-from agentrl.adapters.probes import engine_problem
 from agentrl.rollout.stack import StackError
+from agentrl.serve.probes import engine_problem
 
 if TYPE_CHECKING:
     from agentrl.engines.base import Engine

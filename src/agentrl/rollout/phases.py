@@ -35,11 +35,11 @@ from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, Task, TurnFact
 
 if TYPE_CHECKING:
-    from agentrl.adapters.middleware import Middleware
-    from agentrl.adapters.sessions import Session
-    from agentrl.adapters.shard_handle import ShardSession
-    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.rollout.config import RolloutConfig
+    from agentrl.serve.middleware import Middleware
+    from agentrl.serve.sessions import Session
+    from agentrl.serve.shard_handle import ShardSession
+    from agentrl.serve.shards import ShardedMiddleware
 
 logger = logging.getLogger("agentrl.rollout")
 

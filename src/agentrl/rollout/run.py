@@ -42,8 +42,8 @@ from agentrl.trajectory import TrainingSample
 from agentrl.types import Grade, Outcome, RolloutFinishedEvent, Task, TurnFact
 
 if TYPE_CHECKING:
-    from agentrl.adapters.middleware import Middleware
-    from agentrl.adapters.shards import ShardedMiddleware
+    from agentrl.serve.middleware import Middleware
+    from agentrl.serve.shards import ShardedMiddleware
 
 __all__ = ["RolloutResult", "rollout_booter", "run_rollout"]
 

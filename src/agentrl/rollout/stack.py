@@ -32,26 +32,26 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl import plugins
-from agentrl.adapters.aborts import DEFAULT_MAX_ENGINE_ABORTS
-from agentrl.adapters.recipe import MiddlewareRecipe, check_shardable
-from agentrl.adapters.shard_wire import tune_gc
 from agentrl.engines.base import EngineLocation, MissingEngineOptionError
 from agentrl.harnesses.kinds import needs_host_install
 from agentrl.observers import TrackError, Tracking, TrackOptions
 from agentrl.plugin_options import OptionsError, check_option_keys
 from agentrl.rollout.config import RolloutConfig
+from agentrl.serve.aborts import DEFAULT_MAX_ENGINE_ABORTS
+from agentrl.serve.recipe import MiddlewareRecipe, check_shardable
+from agentrl.serve.shard_wire import tune_gc
 from agentrl.types import Task
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from agentrl.adapters.middleware import Middleware
-    from agentrl.adapters.shards import ShardedMiddleware
     from agentrl.engines.base import Engine
     from agentrl.graders.base import Grader
     from agentrl.harnesses.base import Harness
     from agentrl.rollout.run import RolloutResult
     from agentrl.sandboxes.base import Sandbox
+    from agentrl.serve.middleware import Middleware
+    from agentrl.serve.shards import ShardedMiddleware
 
 __all__ = ["Stack", "StackError", "StackOptions", "merge_sandbox_options"]
 
@@ -268,8 +268,8 @@ class Stack:
         )
 
     def _build_middleware(self) -> Middleware | ShardedMiddleware:
-        from agentrl.adapters.middleware import Middleware
-        from agentrl.adapters.shards import ShardedMiddleware
+        from agentrl.serve.middleware import Middleware
+        from agentrl.serve.shards import ShardedMiddleware
         from agentrl.trajectory import TrajectoryManager
 
         o = self.options

@@ -22,7 +22,7 @@ __all__ = ["ENV_VARS", "HARNESS_TARBALL_SETTINGS", "SlimeConfig", "SlimeConfigEr
 
 logger = logging.getLogger(__name__)
 
-#: The middleware's prompt modes (``agentrl.adapters.splice.PROMPT_MODES``).
+#: The middleware's prompt modes (``agentrl.prompts.splice.PROMPT_MODES``).
 PROMPT_MODES = ("splice", "render")
 
 

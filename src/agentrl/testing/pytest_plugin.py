@@ -26,9 +26,9 @@ except ImportError:  # without pytest-asyncio no async fixture can run; plain on
     _async_fixture = pytest.fixture
 
 if TYPE_CHECKING:
-    from agentrl.adapters.middleware import Middleware
     from agentrl.engines.sglang import SGLangEngine
     from agentrl.plugins import PluginRegistry
+    from agentrl.serve.middleware import Middleware
     from agentrl.testing.e2b_server import E2BServer
     from agentrl.testing.scripted_engine import ScriptedEngine
     from agentrl.testing.stack import LocalSandboxes

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrl.adapters.base import Adapter
-    from agentrl.adapters.middleware import Middleware
     from agentrl.engines.base import Engine
     from agentrl.parsers.base import ReasoningParser, ToolCallParser
     from agentrl.sandboxes.local import LocalSandbox
+    from agentrl.serve.middleware import Middleware
     from agentrl.types import Task
 
 __all__ = ["LocalSandboxes", "builtin_adapters", "qwen_parsers", "started_middleware"]
@@ -48,7 +48,7 @@ async def started_middleware(
 ) -> AsyncIterator[Middleware]:
     """A middleware on 127.0.0.1:0 (and ``unix_path`` when given) with the built-in adapters
     and Qwen3's parsers, closed on exit; ``options`` go to ``Middleware`` as they are."""
-    from agentrl.adapters.middleware import Middleware
+    from agentrl.serve.middleware import Middleware
     from agentrl.trajectory import TrajectoryManager
 
     tool_parser, reasoning_parser = qwen_parsers()

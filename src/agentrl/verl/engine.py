@@ -85,7 +85,7 @@ class VerlEngine(Engine):
     ``routing_key`` (the agentrl session id) becomes verl's ``request_id``, so every turn of
     one session goes to the same server (verl's sticky sessions, its prefix cache). An
     abort of verl's (``stop_reason`` ``aborted``) comes back as ``finish_reason="abort"``
-    with what was sampled, and the middleware continues it (``agentrl.adapters.aborts``):
+    with what was sampled, and the middleware continues it (``agentrl.serve.aborts``):
     the agent sees one whole answer, as with verl's own ``FullyAsyncLLMServerClient``.
 
     Each session's weight versions (``extra_fields["global_steps"]`` of verl's outputs) are

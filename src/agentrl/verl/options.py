@@ -17,7 +17,7 @@ import attrs
 
 __all__ = ["PROMPT_MODES", "VerlLoopConfigError", "VerlLoopOptions", "plain"]
 
-#: The middleware's prompt modes (``agentrl.adapters.splice``).
+#: The middleware's prompt modes (``agentrl.prompts.splice``).
 PROMPT_MODES = ("splice", "render")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrl.adapters.splice import FALLBACK_REASONS
+from agentrl.prompts.splice import FALLBACK_REASONS
 from agentrl.view.model import integer, number, text
 
 __all__ = [

@@ -1,0 +1,110 @@
+"""The front of a sharded middleware: bytes in, to the session's worker, bytes back.
+
+Every request is routed by its session token (``Authorization: Bearer`` or
+``x-api-key``) to the worker that owns the session and forwarded over that worker's unix
+socket without its body being parsed: the body streams through as it arrives (its
+``Content-Length`` kept, or chunked), the worker's answer streams back as it is written
+(SSE included), compressed bodies stay compressed both ways. The only change is the
+token: the client holds the parent's token, the worker's own replaces it on the way.
+A request without a known token (or with a closed session's) goes to a live worker
+without its body, so the 401 / 403 is the middleware's own, in the client's error shape,
+and no byte of a body nobody will read is moved. A worker that is gone answers 502 (a JSON
+error body Anthropic and OpenAI clients both read), at once. Whenever the worker answers
+before the client's body is all read (a refusal), the front ends the client's connection
+after the answer rather than reading the rest (``limits.SERVER_ARGS`` for its server).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import hdrs, web
+
+from agentrl.serve.probes import refused_unread
+
+__all__ = ["HOP_BY_HOP", "Route", "front_app", "gone"]
+
+logger = logging.getLogger(__name__)
+
+#: Headers that describe one connection, not the request: never forwarded.
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        hdrs.CONNECTION,
+        hdrs.KEEP_ALIVE,
+        hdrs.PROXY_AUTHENTICATE,
+        hdrs.PROXY_AUTHORIZATION,
+        hdrs.TE,
+        hdrs.TRAILER,
+        hdrs.TRANSFER_ENCODING,
+        hdrs.UPGRADE,
+        hdrs.HOST,
+        hdrs.EXPECT,
+    )
+)
+
+#: ``route(headers)``: the worker's connection pool, the headers to send it and whether the
+#: body goes too (no body for a request the worker will refuse from its headers), or
+#: ``(None, reason, False)`` when the session's worker is gone.
+Route = Callable[[Any], Awaitable[tuple[aiohttp.ClientSession | None, Any, bool]]]
+
+
+def gone(reason: str) -> web.Response:
+    """The 502 for a request whose worker is gone (an error shape every client reads)."""
+    return web.json_response(
+        {"type": "error", "error": {"type": "api_error", "message": reason}}, status=502
+    )
+
+
+def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
+    """The front's app: one catch-all route that forwards to ``route``'s worker."""
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        client, sent, with_body = await route(request.headers)
+        if client is None:
+            return refused_unread(request, gone(sent))
+        headers = [(k, v) for k, v in sent.items() if k.lower() not in HOP_BY_HOP]
+        if not with_body:
+            headers = [(k, v) for k, v in headers if k.lower() != hdrs.CONTENT_LENGTH.lower()]
+        body = _body(request, read_chunk) if with_body and request.body_exists else None
+        try:
+            upstream = await client.request(
+                request.method, request.rel_url, headers=headers, data=body
+            )
+        except aiohttp.ClientError as exc:
+            reason = f"the agentrl middleware worker for this session is gone ({exc})"
+            return refused_unread(request, gone(reason))
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for key, value in upstream.headers.items():
+            if key.lower() not in HOP_BY_HOP:
+                response.headers.add(key, value)
+        refused_unread(request, response)
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        except aiohttp.ClientError:
+            # The worker died mid-reply: the client sees its connection end early.
+            logger.warning("%s %s: the worker went away mid-reply", request.method, request.path)
+            if request.transport is not None:
+                request.transport.close()
+            return response
+        finally:
+            upstream.release()
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+async def _body(request: web.Request, size: int) -> Any:
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            return
+        yield chunk
