@@ -22,8 +22,8 @@
    Columns: ``splice`` (the default prompt mode; the client streams, as Claude Code does),
    ``splice-json`` (the same, ``stream=False``), ``render`` (incremental renderer; every
    turn asserts that the engine got exactly the full render of the request), ``full``
-   (``incremental_render=False``: re-render and re-tokenize the whole prompt every turn, as
-   slime's adapters do: the previous baseline), ``edits`` (splice mode, the session edits
+   (every prompt rendered and tokenized from scratch, as slime's adapters do: a
+   ``PromptBuilder`` of this benchmark's, the previous baseline), ``edits`` (splice mode, the session edits
    its history every ``--edit-every`` turns: a system-reminder inserted, an earlier tool
    result rewritten, a tool added; those turns are the fallbacks, reported apart) and,
    with ``--slime-src``, ``slime``: slime's own ``AnthropicAdapter`` in this process.
@@ -91,15 +91,31 @@ MODES: dict[str, dict[str, Any]] = {
     "splice": {"prompt_mode": "splice"},
     "splice-json": {"prompt_mode": "splice"},
     "render": {"prompt_mode": "render"},
-    "full": {"prompt_mode": "render", "incremental_render": False},
+    "full": {"prompt_mode": "full"},
     "edits": {"prompt_mode": "splice"},
 }
+
+
+def full_render(tokenizer):
+    """The reference builder: every prompt rendered and tokenized from scratch, no chains."""
+    from agentrl.prompts.builders import BuiltPrompt, RenderBuilder
+    from agentrl.prompts.rendering import IncrementalRenderer
+
+    class FullRender(RenderBuilder):
+        def build(self, state, messages, tools, links, *, sid="", index=0):
+            kwargs = self.chat_template_kwargs
+            renderer = IncrementalRenderer(self.tokenizer, tools=tools, chat_template_kwargs=kwargs)
+            return BuiltPrompt(prompt=renderer.render(messages, tools=tools), messages=messages)
+
+    return FullRender(tokenizer)
 
 
 def make_middleware(engine, tokenizer, **options: Any):
     """The benchmarked middleware: Anthropic Messages, Qwen3's parsers."""
     from agentrl.adapters import Middleware
 
+    if options.get("prompt_mode") == "full":
+        options["prompt_mode"] = full_render(tokenizer)
     return Middleware(
         engine=engine,
         tokenizer=tokenizer,

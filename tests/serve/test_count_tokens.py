@@ -137,7 +137,7 @@ async def test_counting_changes_nothing_a_turn_sends_or_records(middleware, scri
     """Two identical sessions, one counting before and between its turns (a spliced count,
     a fallback count with other tools): they send the engine the same prompts and move the
     splice and seam stats, turn counts and indexes by the same amounts."""
-    stats, seams = middleware.turns.splicer.stats, middleware.turns.splicer.seams
+    stats, seams = middleware.turns.prompts.splicer.stats, middleware.turns.prompts.splicer.seams
 
     async def run(sid: str, counting: bool) -> tuple[list, dict, dict]:
         before = (stats.copy(), seams.stats.copy())
@@ -156,7 +156,11 @@ async def test_counting_changes_nothing_a_turn_sends_or_records(middleware, scri
         facts = {
             "turns": (session.turns_started, session.turns_recorded, session.next_index),
             "recorded": middleware.trajectory.turn_count(sid),
-            "chains": (len(session.chains), len(session.splice.records), session.splice.spliced),
+            "chains": (
+                len(session.prompts.chains),
+                len(session.prompts.splice.records),
+                session.prompts.splice.spliced,
+            ),
             "reduces": seams.reduces,
         }
         moved = {"splice": stats - before[0], "seams": seams.stats - before[1]}

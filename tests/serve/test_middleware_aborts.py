@@ -248,7 +248,7 @@ async def test_zero_max_engine_aborts_passes_an_abort_on_as_it_is(
 ):
     """``max_engine_aborts=0``: the aborted output reaches the client, half a tool call as text."""
     async with started_middleware(sglang_client, qwen_tokenizer, max_engine_aborts=0) as mw:
-        assert mw.max_engine_aborts == 0
+        assert mw.turns.max_engine_aborts == 0
         token = mw.open_session("as-is")
         partial, rest = split_ids(qwen_tokenizer, TOOL_CALL, "ls -la")
         scripted_engine.queue(ids=partial, finish_reason="abort", session="as-is")

@@ -177,7 +177,7 @@ async def test_a_multi_turn_splice_session_trains_every_sampled_id(stack):
     the one sample trains exactly the concatenated ids and log-probs the server returned."""
     middleware, engine, http = stack
     await _chat_session(middleware, http, "splice")
-    assert middleware.turns.splice_stats["spliced"] == 2, middleware.turns.splice_stats
+    assert middleware.splice_stats["spliced"] == 2, middleware.splice_stats
     (sample,) = await middleware.finish_session("splice", reward=1.0)
     ids, logprobs = _trained(sample)
     assert ids == [i for g in engine.generations for i in g.output_ids]

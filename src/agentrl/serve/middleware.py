@@ -3,7 +3,7 @@
 ::
 
     mw = Middleware(engine=..., tokenizer=..., tool_parser="hermes", reasoning_parser="qwen3",
-                    trajectory=TrajectoryManager(), prompt_mode="splice",  # or "render"
+                    trajectory=TrajectoryManager(), prompt_mode="splice",  # "render", a PromptBuilder
                     max_engine_aborts=8)   # an engine abort is continued; 0: passed on
     await mw.start(host="127.0.0.1", port=0, unix_path=None); mw.url
     token = mw.open_session(sid, sampling_defaults={...}, max_context_tokens=0, max_turns=None)
@@ -14,7 +14,7 @@ One request: find the session by its token in the headers (401 unknown, 403 clos
 before any of the body is read; read the body up to the session's cap (413; see
 :mod:`agentrl.serve.limits`); decode, check and translate it in the render pool (400
 in the protocol's error shape; :mod:`agentrl.serve.offload`); take the session lock,
-enforce the turn cap (429) and start the turn; the turn itself (render, clamp, generate,
+enforce the turn cap (429) and start the turn; the turn itself (prompt, clamp, generate,
 parse, reply, record) is :mod:`agentrl.serve.turns`. A started turn is recorded, or
 rolled back when the client's request made it fail (a 4xx, the client going away), so
 ``turns_started - turns_recorded`` counts only turns the engine or the middleware failed.
@@ -31,7 +31,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
@@ -40,7 +40,7 @@ from agentrl import plugins
 from agentrl.adapters.base import Adapter, ChatRequest, ProtocolError
 from agentrl.engines.base import Engine
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
-from agentrl.prompts.splice import check_prompt_mode
+from agentrl.prompts.builders import PromptBuilder, prompt_builder
 from agentrl.serve import probes
 from agentrl.serve.aborts import DEFAULT_MAX_ENGINE_ABORTS
 from agentrl.serve.limits import (
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Middleware", "TurnTiming"]
 
-_T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 #: The ceiling of every session's body cap (:func:`~agentrl.serve.limits.body_cap`).
@@ -75,23 +74,6 @@ def _resolve_parser(parser: Any, lookup: Callable[[str], type]) -> Any:
     if isinstance(parser, str):
         parser = lookup(parser)
     return parser() if isinstance(parser, type) else parser
-
-
-class _FromTurns(Generic[_T]):
-    """A read-only attribute of the middleware that is its turn pipeline's attribute."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _FromTurns[_T]: ...
-    @overload
-    def __get__(self, obj: Middleware, owner: type | None = None) -> _T: ...
-    def __get__(self, obj: Middleware | None, owner: type | None = None) -> Any:
-        return self if obj is None else getattr(obj.turns, self.name)
-
-    def __set__(self, obj: Middleware, value: object) -> None:
-        raise AttributeError(f"Middleware.{self.name} is read-only (set it on construction)")
 
 
 class Middleware:
@@ -113,25 +95,25 @@ class Middleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         model_name: str = "agentrl-policy",
-        incremental_render: bool = True,
         timings_kept: int = 100_000,
-        prompt_mode: str = "splice",
+        prompt_mode: str | PromptBuilder = "splice",
         render_workers: int | None = None,
         max_engine_aborts: int = DEFAULT_MAX_ENGINE_ABORTS,
     ) -> None:
         check_chat_template_support(tokenizer)
-        #: What every turn uses; the properties below read through to it.
+        stop_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+        if isinstance(prompt_mode, str):
+            prompt_mode = prompt_builder(prompt_mode, tokenizer, chat_template_kwargs, stop_ids)
+        #: What every turn uses (the properties below read it).
         self.turns = TurnPipeline(
             engine=engine,
+            prompts=prompt_mode,
             tokenizer=tokenizer,
             trajectory=trajectory if trajectory is not None else TrajectoryManager(),
             tool_parser=_resolve_parser(tool_parser, plugins.get_tool_parser),
             reasoning_parser=_resolve_parser(reasoning_parser, plugins.get_reasoning_parser),
-            chat_template_kwargs=dict(chat_template_kwargs or {}),
-            incremental_render=incremental_render,
             timings=collections.deque(maxlen=timings_kept),
-            stop_ids=frozenset(getattr(tokenizer, "all_special_ids", ()) or ()),
-            prompt_mode=check_prompt_mode(prompt_mode),
+            stop_ids=stop_ids,
             offloader=Offloader(render_workers),
             max_engine_aborts=max_engine_aborts,
         )
@@ -148,26 +130,25 @@ class Middleware:
         self.unix_path: str | None = None
         self.app = self._build_app()
 
-    #: The inference engine every turn calls (the caller's to close).
-    engine: _FromTurns[Engine] = _FromTurns()
-    #: The tokenizer whose chat template renders every prompt.
-    tokenizer: _FromTurns[PreTrainedTokenizerBase] = _FromTurns()
-    #: The parser that finds tool calls in the sampled text (None: no tool calls).
-    tool_parser: _FromTurns[ToolCallParser | None] = _FromTurns()
-    #: The parser that splits reasoning out of the sampled text (None: no reasoning).
-    reasoning_parser: _FromTurns[ReasoningParser | None] = _FromTurns()
-    #: Where every recorded turn goes; samples come out of it at finish.
-    trajectory: _FromTurns[TrajectoryManager] = _FromTurns()
-    #: Extra keyword arguments for the chat template.
-    chat_template_kwargs: _FromTurns[dict[str, Any]] = _FromTurns()
-    #: False renders and tokenizes every prompt from scratch (the reference behaviour).
-    incremental_render: _FromTurns[bool] = _FromTurns()
-    #: ``splice``: extend each chain's exact ids; ``render``: render every prompt in full.
-    prompt_mode: _FromTurns[str] = _FromTurns()
-    #: Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted.
-    splice_stats: _FromTurns[collections.Counter[str]] = _FromTurns()
-    #: Engine aborts in a row that fail a turn (each one before is continued; 0: none is).
-    max_engine_aborts: _FromTurns[int] = _FromTurns()
+    @property
+    def engine(self) -> Engine:
+        """The inference engine every turn calls (the caller's to close)."""
+        return self.turns.engine
+
+    @property
+    def trajectory(self) -> TrajectoryManager:
+        """Where every recorded turn goes; samples come out of it at finish."""
+        return self.turns.trajectory
+
+    @property
+    def prompt_mode(self) -> str:
+        """``splice``: extend each chain's exact ids; ``render``: render every prompt in full."""
+        return self.turns.prompts.mode
+
+    @property
+    def splice_stats(self) -> collections.Counter[str]:
+        """The recorded turns' prompts: ``"spliced"`` and each fallback reason, counted."""
+        return self.turns.prompts.stats
 
     @property
     def timings(self) -> collections.deque[TurnTiming]:

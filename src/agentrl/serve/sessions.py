@@ -3,10 +3,9 @@
 A session owns its sampling policy, context budget and turn cap, a lock that keeps its
 turns from interleaving, the wire ids minted for it (so replays can be traced to their
 turn), the facts of every turn it recorded (:class:`~agentrl.types.TurnFact`, read by the
-rollout that owns the session), and one
-:class:`~agentrl.prompts.rendering.IncrementalRenderer` per conversation chain (a
-sub-agent or a compacted history renders with its own, so each chain re-tokenizes only
-what it appended).
+rollout that owns the session), and its prompt-building state
+(:class:`~agentrl.prompts.builders.PromptState`: one incremental renderer per conversation
+chain, the splice ledger).
 """
 
 from __future__ import annotations
@@ -20,19 +19,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agentrl.adapters.base import ProtocolError
+from agentrl.prompts.builders import PromptState
 from agentrl.prompts.keys import exact_key, loose_key, same_exact_key, stripped
-from agentrl.prompts.rendering import IncrementalRenderer
-from agentrl.prompts.splice import SpliceLedger
-from agentrl.trajectory import common_prefix_length
 from agentrl.types import TurnFact
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    pass
 
 __all__ = [
     "CLOSED_TOKENS_KEPT",
     "SAMPLING_POLICIES",
-    "Chain",
     "Session",
     "SessionTable",
     "exact_key",
@@ -46,8 +42,6 @@ logger = logging.getLogger(__name__)
 #: top_p / top_k are ignored (they would skew the log-prob ratios the trainer computes).
 #: ``client``: the client's values override the session's.
 SAMPLING_POLICIES = ("trainer", "client")
-#: Conversation chains (each with its own renderer) kept per session.
-MAX_CHAINS = 8
 #: Closed sessions whose token still gets "session is closed" (older ones: unknown key),
 #: so a long-running middleware does not keep every token it ever issued.
 CLOSED_TOKENS_KEPT = 65_536
@@ -56,19 +50,6 @@ CLOSED_TOKENS_KEPT = 65_536
 def new_token() -> str:
     """An unguessable session token (192 random bits)."""
     return "agentrl-" + secrets.token_urlsafe(24)
-
-
-@attrs.define(eq=False)
-class Chain:
-    """One conversation chain: its renderer (and so its tools) and the messages it last rendered."""
-
-    renderer: IncrementalRenderer
-    messages: list[dict[str, Any]] = attrs.field(factory=list)
-    last_used: int = 0
-
-    @property
-    def tools(self) -> list[dict[str, Any]] | None:
-        return self.renderer.tools
 
 
 @attrs.define(eq=False)
@@ -107,10 +88,8 @@ class Session:
     #: turn index -> :func:`exact_key` of its recorded message (computed once, not per replay).
     _exact_keys: dict[int, str] = attrs.field(factory=dict)
     inflight: set[asyncio.Task] = attrs.field(factory=set)
-    chains: list[Chain] = attrs.field(factory=list)
-    #: the recorded turns a spliced prompt can extend (splice mode).
-    splice: SpliceLedger = attrs.field(factory=SpliceLedger)
-    _clock: int = 0
+    #: how this session's prompts are built: its rendering chains, its splice ledger.
+    prompts: PromptState = attrs.field(factory=PromptState)
 
     def remember(self, wire_id: str, turn_index: int) -> str:
         self.minted[wire_id] = turn_index
@@ -193,51 +172,6 @@ class Session:
             if turn is not None:
                 found.setdefault(str(index), turn)
         return found
-
-    def chain_for(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-        donors: Sequence[Chain] = (),
-    ) -> Chain:
-        """The chain this conversation continues, with its renderer (a new chain if none).
-
-        A new chain starts from the donor chain (another session's, typically) that shares
-        the most leading messages and the same tools, when there is one.
-        """
-        self._clock += 1
-        best, best_len = None, 0
-        for chain in self.chains:
-            if chain.tools != tools:
-                continue
-            shared = common_prefix_length(chain.messages, messages)
-            if shared > best_len:
-                best, best_len = chain, shared
-        if best is None:
-            if len(self.chains) >= MAX_CHAINS:
-                self.chains.remove(min(self.chains, key=lambda c: c.last_used))
-            donor, donor_len = None, 0
-            for chain in donors:
-                shared = (
-                    common_prefix_length(chain.messages, messages) if chain.tools == tools else 0
-                )
-                if shared > donor_len:
-                    donor, donor_len = chain, shared
-            if donor is not None:
-                # Sessions of one agent share a long system prompt and tools: start there.
-                renderer = donor.renderer.fork(chat_template_kwargs=chat_template_kwargs)
-            else:
-                renderer = IncrementalRenderer(
-                    tokenizer, tools=tools, chat_template_kwargs=chat_template_kwargs
-                )
-            best = Chain(renderer=renderer)
-            self.chains.append(best)
-            logger.debug("session %s: conversation chain %d opened", self.sid, len(self.chains))
-        best.messages = list(messages)
-        best.last_used = self._clock
-        return best
 
 
 class SessionTable:

@@ -1,12 +1,13 @@
-"""One turn of one session: render → clamp → generate → parse → reply → record.
+"""One turn of one session: prompt → clamp → generate → parse → reply → record.
 
-:class:`TurnPipeline` holds what every turn shares (the engine, tokenizer, parsers,
-trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose steps are:
+:class:`TurnPipeline` holds what every turn shares (the engine, the prompt builder, the
+parsers, the trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose
+steps are:
 
-- ``render``: restore the client's rewritten replays; in ``splice`` mode (the default)
-  splice the prompt onto the chain the conversation extends (:mod:`agentrl.prompts.splice`),
-  otherwise — or when splicing falls back — render it incrementally (a template that
-  rejects the conversation is a 400 quoting it);
+- ``prompt``: restore the client's rewritten replays, then build the prompt with the
+  pipeline's :class:`~agentrl.prompts.builders.PromptBuilder` (splice or render, chosen
+  when the middleware was built; a template that rejects the conversation is a 400
+  quoting it);
 - ``generate``: clamp ``max_new_tokens`` to the context budget (a prompt already over
   budget finishes with ``length`` without an engine call) and await the whole generation
   (an engine failure is a 502; cancelling aborts the engine request); a generation the
@@ -18,7 +19,7 @@ trajectory manager); :meth:`TurnPipeline.run` runs one :class:`Turn`, whose step
   timing and the ``on_turn_recorded`` event, in that order.
 
 :meth:`TurnPipeline.prompt_length` answers ``count_tokens``: the length of the prompt
-``render`` would make, found without changing anything.
+``prompt`` would make, found without changing anything.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import collections
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -45,26 +45,16 @@ from agentrl.engines.base import (
     Generation,
 )
 from agentrl.parsers.base import ReasoningParser, ToolCallParser
-from agentrl.prompts.rendering import (
-    IncrementalRenderer,
-    RenderedPrompt,
-    RenderError,
-    render_full,
-)
+from agentrl.prompts.builders import BuiltPrompt, PromptBuilder
+from agentrl.prompts.rendering import RenderedPrompt, RenderError
 from agentrl.prompts.sampled import keep_sampled
-from agentrl.prompts.splice import (
-    SplicePlan,
-    Splicer,
-    check_prompt_mode,
-    links_by_index,
-    stop_ids_for,
-)
+from agentrl.prompts.splice import links_by_index
 from agentrl.retry import RetryPolicy
 from agentrl.serve import aborts, replies
 from agentrl.serve.offload import Offloader
 from agentrl.serve.output import ParsedOutput, parse_generation
 from agentrl.serve.sampling import DEFAULT_MAX_NEW_TOKENS, sampling_params
-from agentrl.serve.sessions import Chain, Session, new_token
+from agentrl.serve.sessions import Session, new_token
 from agentrl.trajectory import TrajectoryManager, TurnRecord
 from agentrl.types import TurnFact, TurnRecordedEvent
 
@@ -84,9 +74,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Recently opened conversation chains kept as donors for new chains (any session).
-RECENT_CHAINS = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -119,36 +106,27 @@ def _timings() -> collections.deque[TurnTiming]:
     return collections.deque(maxlen=100_000)
 
 
-def _recent_chains() -> collections.deque[Chain]:
-    return collections.deque(maxlen=RECENT_CHAINS)
-
-
 @attrs.define(kw_only=True, eq=False)
 class TurnPipeline:
-    """What every turn shares: the engine, the tokenizer, the parsers, the trajectory manager.
+    """What every turn shares: the engine, the prompt builder, the parsers, the trajectory manager.
 
     The middleware builds one and runs each authenticated turn through :meth:`run`, under
     its session's lock.
     """
 
     engine: Engine
+    #: Builds every prompt (splice or render), chosen once.
+    prompts: PromptBuilder
+    #: Decodes the sampled ids (the tokenizer whose template the builder renders).
     tokenizer: PreTrainedTokenizerBase
     trajectory: TrajectoryManager
     tool_parser: ToolCallParser | None = None
     reasoning_parser: ReasoningParser | None = None
-    chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    #: False renders and tokenizes every prompt from scratch (the reference behaviour).
-    incremental_render: bool = True
     #: The latest recorded turns' timings (monitoring, benchmarks).
     timings: collections.deque[TurnTiming] = attrs.field(factory=_timings)
-    #: Recently opened conversation chains, any session: new chains start from them.
-    recent_chains: collections.deque[Chain] = attrs.field(factory=_recent_chains)
     #: Token ids trimmed from the end of a generation before it is decoded and parsed.
     stop_ids: frozenset[int] = frozenset()
-    #: ``splice`` (the default): extend the chain's exact ids with the new messages;
-    #: ``render``: render every prompt from the whole conversation.
-    prompt_mode: str = attrs.field(default="splice", validator=lambda _, a, v: check_prompt_mode(v))
-    #: Where rendering and tokenizing run: a bounded pool, off the event loop.
+    #: Where prompt building runs: a bounded pool, off the event loop.
     offloader: Offloader = attrs.field(factory=Offloader)
     #: Engine aborts in a row that fail a turn (a 503); each one before is continued while
     #: the session is open. 0: an aborted generation is sent to the client as it is.
@@ -158,20 +136,6 @@ class TurnPipeline:
     )
     #: The wait before each continuation of an aborted generation.
     abort_backoff: RetryPolicy = aborts.ABORT_BACKOFF
-    #: Builds spliced prompts and counts their outcomes (:attr:`splice_stats`).
-    splicer: Splicer = attrs.field(init=False)
-    #: Guards the chains shared across sessions (renders run in the pool's threads).
-    _chains_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
-
-    @splicer.default
-    def _splicer(self) -> Splicer:
-        stops = stop_ids_for(self.tokenizer, self.stop_ids)
-        return Splicer(self.tokenizer, self.chat_template_kwargs, stops)
-
-    @property
-    def splice_stats(self) -> collections.Counter[str]:
-        """Recorded turns in splice mode: ``"spliced"`` and each fallback reason, counted."""
-        return self.splicer.stats
 
     async def run(
         self,
@@ -192,40 +156,14 @@ class TurnPipeline:
     def prompt_length(self, session: Session, chat: ChatRequest) -> int:
         """How many tokens a turn of ``session`` would send the engine for ``chat`` now.
 
-        :meth:`Turn.render`'s choice, read-only (``count_tokens``): the replays restored,
-        then in splice mode the spliced prompt when the conversation extends a recorded
-        chain, else the whole conversation rendered. Nothing is recorded or counted, no
-        chain is opened and no turn index is taken.
+        :meth:`Turn.prompt`'s choice, read-only (``count_tokens``): the replays restored,
+        then the builder's length. Nothing is recorded or counted, no chain is opened and
+        no turn index is taken.
         """
         messages, _ = session.restore_replays(chat.messages, chat.replayed_ids)
-        if self.prompt_mode == "splice":
-            links = links_by_index(session.links(chat.replayed_ids))
-            plan = self.splicer.preview(session.splice, messages, chat.tools, links)
-            if plan.prompt is not None:
-                return len(plan.prompt.ids)
+        links = links_by_index(session.links(chat.replayed_ids))
         with renderable():
-            ids = render_full(
-                self.tokenizer, messages, chat.tools, chat_template_kwargs=self.chat_template_kwargs
-            )
-        return len(ids)
-
-    def renderer_for(self, session: Session, chat: ChatRequest) -> IncrementalRenderer:
-        """The renderer of the chain ``chat`` continues (a fresh one when not incremental)."""
-        if not self.incremental_render:
-            return IncrementalRenderer(
-                self.tokenizer, tools=chat.tools, chat_template_kwargs=self.chat_template_kwargs
-            )
-        with self._chains_lock:
-            chain = session.chain_for(
-                self.tokenizer,
-                chat.messages,
-                chat.tools,
-                self.chat_template_kwargs,
-                donors=tuple(self.recent_chains),
-            )
-            if chain not in self.recent_chains:
-                self.recent_chains.append(chain)
-        return chain.renderer
+            return self.prompts.length(session.prompts, messages, chat.tools, links)
 
     async def call_engine(
         self, session: Session, index: int, prompt: RenderedPrompt, params: dict[str, Any]
@@ -280,15 +218,15 @@ class Turn:
     pipeline: TurnPipeline
     adapter: Adapter
     session: Session
-    #: The client's request; :meth:`render` puts the replays it restored into it.
+    #: The client's request; :meth:`prompt` puts the replays it restored into it.
     chat: ChatRequest
     index: int
     #: ``time.perf_counter()`` when the request arrived.
     started: float
-    #: Indices of the messages :meth:`render` restored to what was recorded.
+    #: Indices of the messages :meth:`prompt` restored to what was recorded.
     restored: list[int] = attrs.field(factory=list)
-    #: How :meth:`render` made the prompt in splice mode (None in render mode).
-    splice: SplicePlan | None = None
+    #: The prompt :meth:`prompt` built and how (set once it has run).
+    built: BuiltPrompt | None = None
     engine_seconds: float = 0.0
     #: Where the generation was resumed after an engine abort (``engine_resumes``).
     resumes: tuple[dict[str, Any], ...] = ()
@@ -296,12 +234,12 @@ class Turn:
     wall_started: float = attrs.field(factory=time.time)
 
     async def run(self, request: web.Request) -> web.StreamResponse:
-        """Render → clamp → generate → parse → reply → record; returns the response sent.
+        """Prompt → clamp → generate → parse → reply → record; returns the response sent.
 
-        Rendering runs in the pipeline's :attr:`~TurnPipeline.offloader` pool.
+        The prompt is built in the pipeline's :attr:`~TurnPipeline.offloader` pool.
         """
         prompt = await self.pipeline.offloader.run(
-            self.session, self.render, body_bytes=request.content_length
+            self.session, self.prompt, body_bytes=request.content_length
         )
         generation = await self.generate(prompt)
         turn = self.parse(prompt, generation)
@@ -309,33 +247,20 @@ class Turn:
         self.record(prompt, generation, turn, recorded)
         return response
 
-    def render(self) -> RenderedPrompt:
+    def prompt(self) -> RenderedPrompt:
         """The prompt, with each replay the client rewrote put back as it was recorded."""
         messages, self.restored = self.session.restore_replays(
             self.chat.messages, self.chat.replayed_ids
         )
-        if self.restored:
-            self.chat = attrs.evolve(self.chat, messages=messages)
-        pipeline, session, chat = self.pipeline, self.session, self.chat
-        if pipeline.prompt_mode == "splice":
-            links = links_by_index(session.links(chat.replayed_ids))
-            self.splice = pipeline.splicer.plan(
-                session.splice, chat.messages, chat.tools, links, sid=session.sid, index=self.index
-            )
-            if self.splice.prompt is not None:
-                self._record_as_spliced(self.splice)
-                return self.splice.prompt
-        renderer = self.pipeline.renderer_for(self.session, self.chat)
+        session, chat = self.session, self.chat
+        links = links_by_index(session.links(chat.replayed_ids))
         with renderable():
-            return renderer.render(self.chat.messages, tools=self.chat.tools)
-
-    def _record_as_spliced(self, plan: SplicePlan) -> None:
-        """Record the conversation as the chain recorded it, then the new messages: the
-        replayed part may differ from the record only in what splicing ignores."""
-        recorded = plan.base.conversation if plan.base is not None else ()
-        if recorded:
-            new = self.chat.messages[len(recorded) :]
-            self.chat = attrs.evolve(self.chat, messages=[*recorded, *new])
+            self.built = self.pipeline.prompts.build(
+                session.prompts, messages, chat.tools, links, sid=session.sid, index=self.index
+            )
+        if self.built.messages is not chat.messages:
+            self.chat = attrs.evolve(chat, messages=self.built.messages)
+        return self.built.prompt
 
     async def generate(self, prompt: RenderedPrompt) -> Generation:
         """The engine's generation, ``max_new_tokens`` clamped to the context budget."""
@@ -441,12 +366,8 @@ class Turn:
         )
         if sampled and recorded is not None:
             session.record_response(self.index, recorded)
-        if self.splice is not None:
-            self.pipeline.splicer.count(self.splice)
-            if sampled and recorded is not None:
-                session.splice.add(
-                    self.index, self.splice, prompt.ids, sampled, recorded, self.chat.messages
-                )
+        assert self.built is not None
+        self.pipeline.prompts.recorded(session.prompts, self.built, self.index, sampled, recorded)
         self.pipeline.timings.append(self._timing(prompt, turn))
         plugins.notify("on_turn_recorded", self._event(turn, metadata))
 
@@ -458,7 +379,7 @@ class Turn:
             "restored_replays": self.restored,
             "engine_seconds": round(self.engine_seconds, 6),
             **({"engine_resumes": list(self.resumes)} if self.resumes else {}),
-            **(self.splice.metadata() if self.splice is not None else {"prompt_mode": "render"}),
+            **(self.built.metadata() if self.built is not None else {}),
         }
 
     def _timing(self, prompt: RenderedPrompt, turn: AssistantTurn) -> TurnTiming:
