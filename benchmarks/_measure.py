@@ -180,3 +180,62 @@ async def timed_finish(mw, sid: str) -> dict[str, Any]:
         "tokens": sum(len(s.tokens) for s in samples),
         "bytes": sum(deep_size(s) for s in samples),
     }
+
+
+class TailWatch:
+    """Where a serving process's slow moments come from, watched while a run plays: the
+    event loop's lag (a ``sleep(interval)`` that woke late: a long step held the loop, or
+    the process waited for a CPU) and every garbage-collector pause, by generation.
+
+    ``async with TailWatch() as watch: ...`` then ``watch.figures()``.
+    """
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.lags: list[float] = []
+        self.pauses: list[tuple[int, float]] = []
+        self._gc_started = 0.0
+        self._task: Any = None
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._gc_started))
+
+    async def _sample(self) -> None:
+        import asyncio
+
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(self.interval)
+            self.lags.append(time.perf_counter() - started - self.interval)
+
+    async def __aenter__(self) -> TailWatch:
+        import asyncio
+
+        gc.callbacks.append(self._on_gc)
+        self._task = asyncio.ensure_future(self._sample())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        import asyncio
+
+        gc.callbacks.remove(self._on_gc)
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def figures(self) -> dict[str, float]:
+        """Loop lag p99 and max, GC pauses (count, of generation 2, longest, total), in ms."""
+        pauses = [seconds for _, seconds in self.pauses]
+        return {
+            "lag_p99_ms": percentile(self.lags, 0.99) * 1e3,
+            "lag_max_ms": max(self.lags, default=0.0) * 1e3,
+            "gc_pauses": float(len(pauses)),
+            "gc_gen2": float(sum(1 for gen, _ in self.pauses if gen == 2)),
+            "gc_max_ms": max(pauses, default=0.0) * 1e3,
+            "gc_total_ms": sum(pauses) * 1e3,
+        }

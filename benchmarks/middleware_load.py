@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _client import EDITS
 from _driver import Driver, Plan, build_middleware, load_tokenizer
 from _measure import (
+    TailWatch,
     cores,
     cpu_seconds,
     free_cores,
@@ -132,7 +133,12 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
         serving = serving_pids(driver.pids)
         cpu_before = cpu_seconds(exclude=driver.pids)
         waited = runqueue_wait(serving), runqueue_wait(driver.pids)
-        report = await driver.aplay(plan)
+        recorded_before = len(mw.timings) if workers == 1 else 0
+        async with TailWatch() as watch:  # the loop and the collector of this process
+            report = await driver.aplay(plan)
+        # the middleware's own view of each turn (1 worker: it serves in this process):
+        # from the request reaching its handler to the turn recorded, the engine excluded
+        inside = [t.overhead_seconds for t in list(mw.timings)[recorded_before:]]
         cpu = cpu_seconds(exclude=driver.pids) - cpu_before
         waited = (
             runqueue_wait(serving) - waited[0],
@@ -172,6 +178,15 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
         "max_ms": max(added) * 1e3,
         "max_prompt_tokens": max(t for session in report.latencies for _, t, _ in session),
         "engine_overruns": report.overruns,
+        **(
+            {
+                "inside_p99_ms": percentile(inside, 0.99) * 1e3,
+                "inside_max_ms": max(inside, default=0.0) * 1e3,
+                **watch.figures(),
+            }
+            if workers == 1
+            else {}
+        ),
     }
 
 
@@ -219,6 +234,10 @@ def run_mode(driver, mode: str, configs, args, capacity=None) -> dict[tuple, lis
 
 # -- report -------------------------------------------------------------------------------
 
+#: Where the tail is (1 worker; worst round): the middleware's own turn time, the loop, the GC.
+TAIL = ("inside_p99_ms", "inside_max_ms", "lag_p99_ms", "lag_max_ms", "gc_pauses", "gc_gen2")
+TAIL += ("gc_max_ms", "gc_total_ms")
+
 FIGURES = (
     ("turns", "turns", "{:.0f}", 12),
     ("p50_ms", "p50 ms", "{:.1f}", 14),
@@ -245,6 +264,7 @@ def summary(runs: list) -> dict[str, Any] | str:
     out["sessions"] = runs[0]["sessions"]
     out["overruns"] = sum(r["engine_overruns"] for r in runs)
     out["max_prompt_tokens"] = max(r["max_prompt_tokens"] for r in runs)
+    out["tail"] = {k: max(r[k] for r in runs) for k in TAIL if k in runs[0]}
     return out
 
 
@@ -263,6 +283,15 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
         print(f"  {label:>12}{s['sessions']:>9}{cells}")
         if s["overruns"]:
             print(f"  {'':>12}  (the engine overran its delay in {s['overruns']} turns)")
+        if s["tail"]:
+            t = s["tail"]
+            print(
+                f"  {'':>12}  tail, worst round: inside the middleware p99 "
+                f"{t['inside_p99_ms']:.1f} ms, max {t['inside_max_ms']:.0f} ms; event-loop lag "
+                f"p99 {t['lag_p99_ms']:.1f} ms, max {t['lag_max_ms']:.0f} ms; GC "
+                f"{t['gc_pauses']:.0f} pauses ({t['gc_gen2']:.0f} full), longest "
+                f"{t['gc_max_ms']:.0f} ms, {t['gc_total_ms']:.0f} ms in all"
+            )
         if capacity and capacity_of(capacity, workers, variant):
             offered = s["turns_per_s"][0] / capacity_of(capacity, workers, variant)
             print(f"  {'':>12}  served {offered:.0%} of the capacity this configuration measured")
@@ -272,7 +301,9 @@ def print_mode(mode: str, summaries: dict[tuple, Any], args, capacity=None) -> N
         "   serving threads waited for a CPU (the machine's queue), per turn; client max: the\n"
         "   busiest load-generator process's share of a core, >= 0.90 is saturated; drv runq:\n"
         "   the engine's and clients' wait for a CPU, per turn; finish CPU ms: finish_session\n"
-        "   per session, after the run, its samples included)"
+        "   per session, after the run, its samples included; tail: the serving process's own\n"
+        "   view with 1 worker: a turn from its handler to its record, the engine excluded,\n"
+        "   how late its event loop woke, and its garbage collector's pauses)"
     )
 
 
