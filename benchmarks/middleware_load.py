@@ -138,7 +138,9 @@ async def run_config(driver: Driver, mode: str, workers: int, variant: str, shap
             report = await driver.aplay(plan)
         # the middleware's own view of each turn (1 worker: it serves in this process):
         # from the request reaching its handler to the turn recorded, the engine excluded
-        inside = [t.overhead_seconds for t in list(mw.timings)[recorded_before:]]
+        inside = (
+            [t.overhead_seconds for t in list(mw.timings)[recorded_before:]] if workers == 1 else []
+        )
         cpu = cpu_seconds(exclude=driver.pids) - cpu_before
         waited = (
             runqueue_wait(serving) - waited[0],

@@ -412,7 +412,7 @@ async def test_a_turn_the_client_made_fail_is_rolled_back(
     def reject(self):
         raise ProtocolError(400, "cannot render this conversation: rejected")
 
-    monkeypatch.setattr(Turn, "render", reject)
+    monkeypatch.setattr(Turn, "prompt", reject)
     await client.post(token, body=hello(protocol), status=400)
     session = client.mw.session("s")
     assert (session.turns_started, session.turns_recorded) == (0, 0)
