@@ -239,3 +239,36 @@ class TailWatch:
             "gc_max_ms": max(pauses, default=0.0) * 1e3,
             "gc_total_ms": sum(pauses) * 1e3,
         }
+
+
+#: The library-path columns: each switches one fast path off in the serving process while
+#: its requests are served (issue 34's rule: a fast path stays only behind a measured win).
+#: ``libenc``: the tokenizers library encodes every text (``ascii_bpe`` off); ``libjinja``:
+#: transformers' ``apply_chat_template`` renders every prompt (the compiled ``FastSandbox``
+#: template off).
+LIBRARY_SWITCHES = {"libenc": ("ascii_bpe", "ENABLED"), "libjinja": ("templates", "COMPILED")}
+
+
+def switches_hook(column: str):
+    """An aiohttp middleware that sets the fast-path switches for ``column``'s requests:
+    off where the column's name ends with ``-libenc`` or ``-libjinja``, on otherwise.
+
+    Requests come one at a time and all their work runs before the next one arrives, so the
+    columns of one process can each run with their own switches, interleaved turn by turn.
+    """
+    import importlib
+
+    from aiohttp import web
+
+    settings = [
+        (importlib.import_module(f"agentrl.prompts.{module}"), name, not column.endswith(suffix))
+        for suffix, (module, name) in LIBRARY_SWITCHES.items()
+    ]
+
+    @web.middleware
+    async def switch(request, handler):
+        for module, name, value in settings:
+            setattr(module, name, value)
+        return await handler(request)
+
+    return switch

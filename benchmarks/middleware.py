@@ -64,7 +64,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _baseline import BASE_COLUMNS, BaselineServer, here, slime_server
 from _client import EDITS
 from _driver import Driver, Lockstep, Plan, Target, load_tokenizer
-from _measure import CpuMarks, goal_line, load_line, median_min, runqueue_wait, timed_finish
+from _measure import (
+    CpuMarks,
+    goal_line,
+    load_line,
+    median_min,
+    runqueue_wait,
+    switches_hook,
+    timed_finish,
+)
 
 from agentrl.serve.shard_wire import tune_gc
 
@@ -74,9 +82,21 @@ QUICK_SIZES = (16_384, 20_480)
 GOAL_CPU_MS = 5.0
 GOAL_FINISH_MS = 5.0
 GOAL_HELD_BYTES = 4_000_000
-COLUMNS = ("splice", "splice-json", "render", "full", "edits", "slime")
+#: ``*-libenc``/``*-libjinja``: a fast path switched off (``_measure.LIBRARY_SWITCHES``).
+LIBRARY_COLUMNS = ("splice-libenc", "splice-libjinja", "render-libjinja")
+COLUMNS = ("splice", "splice-json", "render", "full", "edits", *LIBRARY_COLUMNS, "slime")
 #: Every column in the order printed (the baseline's beside their counterparts).
-SHOWN = ("splice", "splice@base", "splice-json", "render", "render@base", "full", "edits", "slime")
+SHOWN = (
+    "splice",
+    "splice@base",
+    "splice-json",
+    "render",
+    "render@base",
+    "full",
+    "edits",
+    *LIBRARY_COLUMNS,
+    "slime",
+)
 #: Same-turn CPU ratios reported (a / b).
 RATIOS = (
     ("full", "splice"),
@@ -84,7 +104,12 @@ RATIOS = (
     ("splice", "splice@base"),
     ("render", "render@base"),
     ("slime", "splice"),
+    ("splice", "splice-libenc"),
+    ("splice", "splice-libjinja"),
+    ("render", "render-libjinja"),
 )
+#: A fast path stays only where it saves at least this share of the per-turn CPU.
+GOAL_FAST_PATH_SAVING = 0.20
 #: "No slower than the baseline": a same-turn ratio within the method's noise.
 GOAL_BASE_RATIO = 1.05
 MODES: dict[str, dict[str, Any]] = {
@@ -93,6 +118,9 @@ MODES: dict[str, dict[str, Any]] = {
     "render": {"prompt_mode": "render"},
     "full": {"prompt_mode": "full"},
     "edits": {"prompt_mode": "splice"},
+    "splice-libenc": {"prompt_mode": "splice"},
+    "splice-libjinja": {"prompt_mode": "splice"},
+    "render-libjinja": {"prompt_mode": "render"},
 }
 
 
@@ -156,6 +184,7 @@ async def one_round(driver: Driver, tokenizer, args, index: int) -> dict[str, An
             engines.append(engine)
             mw = served[column] = make_middleware(engine, tokenizer, **MODES[column])
             mw.app.middlewares.append(marks.hook(column))
+            mw.app.middlewares.append(switches_hook(column))
             await mw.start()
             address[column] = (mw.url, mw.open_session(f"{column}-{index}"))
         for src, names in remote.items():
@@ -348,9 +377,10 @@ def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
     for row in o["rows"]:
         print(f"  {row['tokens']:>8,}" + "".join(f"{_mm(row[f'{c}_cpu']):>17}" for c in columns))
     ratios = [f"{a}/{b}" for a, b in RATIOS if f"{a}/{b}" in o["rows"][0]]
-    print("\n  same-turn CPU ratios, median:" + "".join(f"{r:>19}" for r in ratios))
+    width = {r: max(19, len(r) + 2) for r in ratios}
+    print("\n  same-turn CPU ratios, median:" + "".join(f"{r:>{width[r]}}" for r in ratios))
     for row in o["rows"]:
-        print(f"  {row['tokens']:>28,}" + "".join(f"{_x(row[r]):>19}" for r in ratios))
+        print(f"  {row['tokens']:>28,}" + "".join(f"{_x(row[r]):>{width[r]}}" for r in ratios))
     print(
         f"\n  wall at the client less the {engine_ms:.0f} ms engine delay (a loaded machine inflates it):"
     )
@@ -398,6 +428,16 @@ def print_overhead(o: dict[str, Any], engine_ms: float) -> None:
                 value <= GOAL_FINISH_MS,
             )
         )
+    for name, what in (
+        ("splice/splice-libenc", "ascii_bpe, splice"),
+        ("splice/splice-libjinja", "FastSandbox, splice"),
+        ("render/render-libjinja", "FastSandbox, render"),
+    ):
+        if last.get(name) is not None:
+            saving = 1.0 - last[name]
+            label = f"CPU a fast path saves at {size}: {what}"
+            goal = f">= {GOAL_FAST_PATH_SAVING:.0%} (else delete it)"
+            print(goal_line(label, f"{saving:.0%}", goal, saving >= GOAL_FAST_PATH_SAVING))
     goals = (("render/full", 1.0), ("splice/splice@base", GOAL_BASE_RATIO))
     for name, most in (*goals, ("render/render@base", GOAL_BASE_RATIO)):
         if last.get(name) is not None:

@@ -4,6 +4,7 @@ Public API::
 
     AsciiBPE.for_backend(backend) -> AsciiBPE | None   # None: a pipeline it cannot reproduce
     bpe.ids(text) -> array | None   # None: ask the tokenizer (not ASCII, over MAX_CHARS, off)
+    ascii_bpe.ENABLED = False       # every encoder off (the library path; benchmarks)
     bpe.stats -> Counter  ("encoded", "checked", "mismatch", "word_misses")
 
 Why: the Rust tokenizer spends most of a call on alignment tracking (a normalized string
@@ -41,6 +42,9 @@ __all__ = ["AsciiBPE", "translate_pattern"]
 
 logger = logging.getLogger(__name__)
 
+#: False: every text goes to the tokenizer (the library path), for the benchmark's
+#: on/off comparison (``benchmarks/middleware.py``'s ``splice-libenc`` column).
+ENABLED = True
 #: Words whose ids are cached (process-wide, per tokenizer); the cache is emptied when full.
 WORD_CACHE_SIZE = 1 << 16
 #: Longest text it encodes: its regex holds the GIL for a whole text (about 6 ms at this
@@ -217,7 +221,7 @@ class AsciiBPE:
         """The tokenizer's ids of ``text`` (ASCII, without special tokens added), or None
         when the caller must ask the tokenizer (not ASCII, longer than :data:`MAX_CHARS`,
         turned off, or a piece it could not encode)."""
-        if not self.enabled or len(text) > MAX_CHARS or not text.isascii():
+        if not (ENABLED and self.enabled) or len(text) > MAX_CHARS or not text.isascii():
             return None
         ids = self._encode(text)
         if ids is None:

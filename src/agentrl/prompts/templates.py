@@ -4,6 +4,7 @@ Public API::
 
     render_chat(tokenizer, messages, tools, chat_template, chat_template_kwargs) -> str
     RenderError                                   # the template failed (a ValueError)
+    templates.COMPILED = False     # every render through apply_chat_template (benchmarks)
 
 ``render_chat`` returns exactly ``tokenizer.apply_chat_template(messages, tools=tools,
 chat_template=chat_template, add_generation_prompt=True, tokenize=False,
@@ -168,6 +169,10 @@ class JsonMemo:
             self._texts[key] = text
         return text
 
+
+#: False: every render goes through ``apply_chat_template`` (the library path), for the
+#: benchmark's on/off comparison (``benchmarks/middleware.py``'s ``splice-libjinja`` column).
+COMPILED = True
 
 _cache: weakref.WeakKeyDictionary[Any, dict[str, _Compiled | None]] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
@@ -368,7 +373,9 @@ def render_chat(
     if not messages:
         raise RenderError("cannot render an empty conversation; expected at least one message")
     tool_list = list(tools) if tools else None
-    compiled = _fast_path(tokenizer, messages, tool_list, chat_template, chat_template_kwargs)
+    compiled = None
+    if COMPILED:
+        compiled = _fast_path(tokenizer, messages, tool_list, chat_template, chat_template_kwargs)
     if compiled is not None:
         try:
             return compiled.render(tokenizer, messages, tool_list, chat_template_kwargs)
