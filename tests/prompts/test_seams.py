@@ -119,3 +119,58 @@ def test_the_reduced_conversation_keeps_the_system_message_and_one_neighbour(rol
     messages = [{"role": role, "content": str(i)} for i, role in enumerate(roles)]
     reduced = reduced_conversation(messages, last)
     assert (None if reduced is None else [int(m["content"]) for m in reduced]) == kept
+
+
+#: Writes a marker after an assistant message whose content ends with "7Q" (the first
+#: probe's last characters): text after the probe that depends on the probe itself.
+PROBE_AWARE = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}<|im_end|>"
+    "{% if m.role == 'assistant' and m.content.endswith('7Q') %}!{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def _conversation():
+    return [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "tool", "content": "c"},
+        {"role": "assistant", "content": "d"},
+        {"role": "tool", "content": "e"},
+    ]
+
+
+def test_a_reduced_seam_renders_one_probe_and_a_checked_one_both(qwen_tokenizer, monkeypatch):
+    """Outside the checks a reduced seam is one render (one probe); a checked turn renders
+    both probes, reduced and whole. The seam is the same either way."""
+    import agentrl.prompts.seams as seams
+
+    rendered = []
+
+    def counting(tokenizer, messages, tools, **kwargs):
+        rendered.append(len(messages))
+        return render_text(tokenizer, messages, tools, **kwargs)
+
+    render_text = seams.render_text
+    monkeypatch.setattr(seams, "render_text", counting)
+    finder = SeamFinder(qwen_tokenizer, None, {}, frozenset({END}))
+    messages = _conversation()
+    plain = finder.seam(messages, 4, TOOLS, [END], check=False)
+    assert rendered == [4]
+    rendered.clear()
+    checked = finder.seam(messages, 4, TOOLS, [END], check=True)
+    assert rendered == [4, 4, 6, 6]
+    assert (
+        plain
+        == checked
+        == "\n<|im_start|>user\n<tool_response>\ne\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_a_template_that_reads_the_probe_is_found_on_a_checked_turn(qwen_tokenizer):
+    """One probe cannot see that the template's text depends on the probe's characters;
+    the checked turn, with both probes, refuses to splice."""
+    finder = SeamFinder(qwen_tokenizer, PROBE_AWARE, {}, frozenset({END}))
+    reason, detail = finder.seam(_conversation(), 4, None, [END], check=True)
+    assert reason == "delta_unrenderable" and "depends on the message content" in detail

@@ -11,7 +11,9 @@ Public API::
 The seam comes from the template itself: the conversation is rendered with a probe
 assistant message (plain content, a unique marker) in place of the last assistant
 message, and everything after the marker is taken; two different markers must give the
-same text, each exactly once. The end-of-turn text the output already holds (its trailing
+same text, each exactly once (on a reduced render that is not a check, one marker: what
+the two would disagree on is the template's handling of the marker's own characters, which
+the checks below find as surely). The end-of-turn text the output already holds (its trailing
 stop token) is dropped from the seam's start; an output that ended by ``length``, or whose
 stop token the engine did not return, keeps the template's end token in the seam.
 
@@ -96,7 +98,8 @@ class SeamFinder:
         reduced = reduced_conversation(messages, last) if self.reduces else None
         text: str | tuple[str, str] | None = None
         if reduced is not None:
-            found = self._probed(reduced, len(reduced) - len(messages) + last, tools)
+            probes = PROBES if check else PROBES[:1]
+            found = self._probed(reduced, len(reduced) - len(messages) + last, tools, probes)
             if isinstance(found, str):
                 text = found
         if text is None or check:
@@ -124,11 +127,12 @@ class SeamFinder:
         messages: Sequence[Mapping[str, Any]],
         last: int,
         tools: Sequence[Mapping[str, Any]] | None,
+        probes: Sequence[str] = PROBES,
     ) -> str | tuple[str, str]:
-        """The text after the probe put at ``last`` (both probes agreeing), or (reason, detail)."""
+        """The text after the probe put at ``last`` (the probes agreeing), or (reason, detail)."""
         texts: list[str] = []
         cuts: list[int] = []
-        for probe in PROBES:
+        for probe in probes:
             probed = [*messages[:last], {"role": "assistant", "content": probe}]
             probed += messages[last + 1 :]
             try:
@@ -147,10 +151,15 @@ class SeamFinder:
             texts.append(text)
             cuts.append(cut)
         # The probes have one length: equal cuts and texts that agree before and after them.
-        (first, second), cut, width = texts, cuts[0], len(PROBES[0])
+        first, cut, width = texts[0], cuts[0], len(PROBES[0])
         seam = first[cut + width :]
-        if cuts[1] != cut or second[cut + width :] != seam or not second.startswith(first[:cut]):
-            return "delta_unrenderable", "the template's text depends on the message content"
+        for other, other_cut in zip(texts[1:], cuts[1:], strict=True):
+            if (
+                other_cut != cut
+                or other[cut + width :] != seam
+                or not other.startswith(first[:cut])
+            ):
+                return "delta_unrenderable", "the template's text depends on the message content"
         return seam
 
     def _trim(self, seam: str, output: Sequence[int]) -> str | tuple[str, str]:
