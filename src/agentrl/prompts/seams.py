@@ -11,9 +11,10 @@ Public API::
 The seam comes from the template itself: the conversation is rendered with a probe
 assistant message (plain content, a unique marker) in place of the last assistant
 message, and everything after the marker is taken; two different markers must give the
-same text, each exactly once (on a reduced render that is not a check, one marker: what
-the two would disagree on is the template's handling of the marker's own characters, which
-the checks below find as surely). The end-of-turn text the output already holds (its trailing
+same text, each exactly once. A reduced render outside the checks below, and the whole
+render that checks a reduced one, use one marker: what two markers would disagree on is
+the template's handling of the marker's own characters, which the checked reduced render
+finds with both. The end-of-turn text the output already holds (its trailing
 stop token) is dropped from the seam's start; an output that ended by ``length``, or whose
 stop token the engine did not return, keeps the template's end token in the seam.
 
@@ -103,7 +104,8 @@ class SeamFinder:
             if isinstance(found, str):
                 text = found
         if text is None or check:
-            full = self._probed(messages, last, tools)
+            # Checking a reduced seam both probes agreed on, one probe is enough.
+            full = self._probed(messages, last, tools, PROBES if text is None else PROBES[:1])
             if text is not None:
                 self.stats["checked"] += 1
                 if full != text:
