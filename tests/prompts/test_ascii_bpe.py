@@ -209,3 +209,17 @@ def test_qwen_pattern_translation():
 def test_patterns_it_does_not_translate(pattern):
     """Constructs whose meaning differs between regex engines, or that it does not map."""
     assert translate_pattern(pattern) is None
+
+
+def test_the_module_switch_sends_every_text_to_the_tokenizer(bpe, qwen_tokenizer, monkeypatch):
+    """``ascii_bpe.ENABLED = False`` (the benchmark's library column): no encoder answers,
+    and the segment encoder's ids are then the tokenizer's own."""
+    text = "def f(x):\n    return x + 1\n<|im_end|>\n"
+    assert bpe.ids(text) is not None
+    monkeypatch.setattr(ascii_bpe, "ENABLED", False)
+    assert bpe.ids(text) is None
+    encoder = SegmentEncoder.for_tokenizer(qwen_tokenizer)
+    encoded = encoder.ascii_bpe.stats["encoded"]
+    want = qwen_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert list(encoder.ids(text)) == want
+    assert encoder.ascii_bpe.stats["encoded"] == encoded

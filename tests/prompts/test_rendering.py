@@ -583,3 +583,22 @@ def test_rendered_prompt_accepts_plain_sequences():
     assert isinstance(prompt.ids, array) and list(prompt.ids) == [1, 2, 3]
     big = RenderedPrompt(text="x", ids=[2**40])
     assert big.ids.typecode == "Q" and list(big.ids) == [2**40]
+
+
+def test_the_module_switch_renders_through_apply_chat_template(qwen_tokenizer, monkeypatch):
+    """``templates.COMPILED = False`` (the benchmark's library column): every render is
+    apply_chat_template's own call, with the same text."""
+    from agentrl.prompts import templates
+
+    messages = [{"role": "user", "content": "hi"}]
+    compiled = render_text(qwen_tokenizer, messages, TOOLS)
+    calls = []
+    original = type(qwen_tokenizer).apply_chat_template
+    monkeypatch.setattr(
+        type(qwen_tokenizer),
+        "apply_chat_template",
+        lambda self, *a, **k: calls.append(1) or original(self, *a, **k),
+    )
+    monkeypatch.setattr(templates, "COMPILED", False)
+    assert render_text(qwen_tokenizer, messages, TOOLS) == compiled
+    assert calls == [1]
