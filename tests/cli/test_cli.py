@@ -77,6 +77,15 @@ def test_version_and_help():
     assert "plugins" in helped.output
 
 
+def test_python_dash_m_agentrl_is_the_command():
+    """``python -m agentrl`` runs the same command as the ``agentrl`` script (its exit code too)."""
+    run = [sys.executable, "-m", "agentrl"]
+    version = subprocess.run([*run, "--version"], capture_output=True, text=True, check=False)
+    assert version.returncode == 0 and f"agentrl, version {__version__}" in version.stdout
+    wrong = subprocess.run([*run, "no-such-command"], capture_output=True, text=True, check=False)
+    assert wrong.returncode == 2 and "No such command" in wrong.stderr
+
+
 def test_setup_commands_are_registered():
     """`agentrl --help` lists the commands a new user needs: install-clis, examples, demo."""
     result = CliRunner().invoke(cli, ["--help"])
