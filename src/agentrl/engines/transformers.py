@@ -4,7 +4,9 @@ Public API::
 
     engine = TransformersEngine.from_options(options, model_path=path)   # how commands build it
     engine = TransformersEngine(model_path, *, device="cpu", dtype="float32", seed=None,
-                                stop_token_ids=None)
+                                stop_token_ids=None, batch_size=1, batch_wait=0.05)
+    engine = TransformersEngine.from_model(model, *, seed=None, stop_token_ids=None,
+                                           batch_size=1, batch_wait=0.05)
     await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
     await engine.abort(rid)      # the request stops after its current token, finish "abort"
     await engine.health()        # ready unless closed or the model failed to load
@@ -17,8 +19,12 @@ means greedy), ``top_p`` (1.0), ``top_k`` (-1 = off), ``min_p`` (0), ``max_new_t
 ``sampling_seed``. Unsupported keys (``stop`` strings, penalties) are ignored with a
 debug log. The reported log-prob of each token is under the distribution it was actually
 sampled from — after temperature, top-k, top-p and min-p, renormalised — so greedy
-tokens report 0.0. Decoding runs in a worker thread (one request at a time; the model is
-not re-entrant) so the event loop stays free. torch and transformers load on first use.
+tokens report 0.0. ``from_model`` serves a model already in memory (a trainer's policy,
+``agentrl.trl``): each generation runs it in eval mode under ``torch.no_grad`` and puts
+its training mode back, so the tokens come from the weights being trained, with no copy
+and no weight sync. Decoding runs in a worker thread (one request at a time; the model is
+not re-entrant) so the event loop stays free. ``batch_size`` above 1 decodes concurrent
+requests together (``agentrl.engines.transformers_batch``: many rollouts at once on a CPU). torch and transformers load on first use.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentrl.engines.base import Engine, EngineError, EngineLocation, Generation
+from agentrl.engines.transformers_batch import Batcher, batchable, generate_batch
 from agentrl.extras import install_hint
 
 __all__ = ["TransformersEngine"]
@@ -70,6 +77,8 @@ class TransformersEngine(Engine):
         dtype: str = "float32",
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        batch_size: int = 1,
+        batch_wait: float = 0.05,
     ) -> None:
         path = Path(model_path).expanduser()
         if not path.is_dir() or not (path / "config.json").is_file():
@@ -91,6 +100,50 @@ class TransformersEngine(Engine):
         self._running: set[str] = set()
         self._closed = False
         self._load_error: str | None = None
+        #: A model handed in by ``from_model`` (borrowed: its training mode is restored).
+        self._borrowed = False
+        self._batcher = self._make_batcher(batch_size, batch_wait)
+
+    def _make_batcher(self, batch_size: int, batch_wait: float) -> Batcher | None:
+        if batch_size < 1 or batch_wait < 0:
+            raise EngineError(
+                f"transformers engine: batch_size must be >= 1 and batch_wait >= 0, got "
+                f"{batch_size} and {batch_wait}"
+            )
+        if batch_size == 1:
+            return None
+        return Batcher(run=self._run_batch, batch_size=batch_size, batch_wait=batch_wait)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        *,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        batch_size: int = 1,
+        batch_wait: float = 0.05,
+    ) -> TransformersEngine:
+        """Serve ``model``, a causal LM already loaded (e.g. ``trainer.model``), in place.
+
+        The engine never changes its weights: each generation switches it to eval mode,
+        runs under ``torch.no_grad`` and restores the mode it found. Its device is the
+        model's.
+        """
+        engine = cls.__new__(cls)
+        engine.model_path = Path(str(getattr(model, "name_or_path", "") or "."))
+        engine.device = str(next(model.parameters()).device)
+        engine.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        engine.seed = seed
+        engine.extra_stop_ids = tuple(stop_token_ids or ())
+        engine._load_lock = threading.Lock()
+        engine._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-hf")
+        engine._cancelled, engine._running = set(), set()
+        engine._closed, engine._load_error = False, None
+        engine._adopt(model)
+        engine._borrowed = True
+        engine._batcher = engine._make_batcher(batch_size, batch_wait)
+        return engine
 
     # -- model -----------------------------------------------------------------
     def _load(self) -> Any:
@@ -128,6 +181,11 @@ class TransformersEngine(Engine):
                 f"transformers engine could not load the model at {str(self.model_path)!r}: {exc}"
             ) from exc
         model.to(self.device).eval()
+        self._adopt(model)
+        return model
+
+    def _adopt(self, model: Any) -> None:
+        """Read what generation needs from a loaded model (EOS ids, the cache argument)."""
         eos = getattr(model.generation_config, "eos_token_id", None)
         if eos is None:
             eos = getattr(model.config, "eos_token_id", None)
@@ -138,7 +196,6 @@ class TransformersEngine(Engine):
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._model = model
-        return model
 
     # -- engine API --------------------------------------------------------------
     async def generate(
@@ -156,6 +213,8 @@ class TransformersEngine(Engine):
         ignored = sorted(set(sampling_params) - _SUPPORTED)
         if ignored:
             logger.debug("transformers engine ignores sampling params %s", ignored)
+        if self._batcher is not None and batchable(dict(sampling_params)):
+            return await self._batcher.submit(list(input_ids), dict(sampling_params), rid)
         loop = asyncio.get_running_loop()
         self._running.add(rid)
         future = loop.run_in_executor(
@@ -202,6 +261,33 @@ class TransformersEngine(Engine):
         self._model = None
 
     # -- sampling ------------------------------------------------------------------
+    async def _run_batch(
+        self, prompts: list[list[int]], params: dict[str, Any], rids: list[str]
+    ) -> list[Generation]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._generate_batch_sync, prompts, params, rids
+        )
+
+    def _generate_batch_sync(
+        self, prompts: list[list[int]], params: dict[str, Any], rids: list[str]
+    ) -> list[Generation]:
+        model = self._load()
+        stop_ids = set(params.get("stop_token_ids") or ()) | set(self.extra_stop_ids)
+        stop_ids |= set(self._eos_ids)
+        pad = getattr(model.generation_config, "pad_token_id", None)
+        pad = pad if isinstance(pad, int) else (self._eos_ids or (0,))[0]
+        training = bool(getattr(model, "training", False))
+        if training:
+            model.eval()
+        try:
+            return generate_batch(
+                model, prompts, params, rids, stop_ids=stop_ids, pad_id=pad, device=self.device
+            )
+        finally:
+            if training:
+                model.train()
+
     def _generate_sync(self, input_ids: list[int], params: dict[str, Any], rid: str) -> Generation:
         import torch
 
@@ -224,25 +310,34 @@ class TransformersEngine(Engine):
         output_ids: list[int] = []
         logprobs: list[float] = []
         finish = "length"
-        with torch.inference_mode():
-            tokens = torch.tensor([input_ids], device=self.device)
-            past = None
-            for _ in range(max_new):
-                if rid in self._cancelled:
-                    finish = "abort"
-                    break
-                out = model(input_ids=tokens, use_cache=True, **{self._cache_arg: past})
-                past = getattr(out, self._cache_arg, None)
-                logits = out.logits[0, -1].float()
-                token, logprob = _sample(
-                    logits, temperature, top_p, top_k, min_p, generator=generator
-                )
-                output_ids.append(token)
-                logprobs.append(logprob)
-                if token in stop_ids:
-                    finish = "stop"
-                    break
-                tokens = torch.tensor([[token]], device=self.device)
+        training = bool(getattr(model, "training", False))
+        # A borrowed model's tensors may meet autograd later: no_grad, not inference_mode.
+        guard = torch.no_grad() if self._borrowed else torch.inference_mode()
+        if training:
+            model.eval()
+        try:
+            with guard:
+                tokens = torch.tensor([input_ids], device=self.device)
+                past = None
+                for _ in range(max_new):
+                    if rid in self._cancelled:
+                        finish = "abort"
+                        break
+                    out = model(input_ids=tokens, use_cache=True, **{self._cache_arg: past})
+                    past = getattr(out, self._cache_arg, None)
+                    logits = out.logits[0, -1].float()
+                    token, logprob = _sample(
+                        logits, temperature, top_p, top_k, min_p, generator=generator
+                    )
+                    output_ids.append(token)
+                    logprobs.append(logprob)
+                    if token in stop_ids:
+                        finish = "stop"
+                        break
+                    tokens = torch.tensor([[token]], device=self.device)
+        finally:
+            if training:
+                model.train()
         return Generation(
             output_ids=output_ids,
             logprobs=logprobs,
