@@ -13,9 +13,11 @@ def register_harnesses(register):
     from agentrl.harnesses.mini_swe_agent import MiniSweAgentHarness
     from agentrl.harnesses.opencode import OpencodeHarness
     from agentrl.harnesses.qwen_code import QwenCodeHarness
+    from agentrl.harnesses.tiny_agent import TinyAgentHarness
 
     register(ClaudeCodeHarness)
     register(CodexHarness)
     register(QwenCodeHarness)
     register(OpencodeHarness)
     register(MiniSweAgentHarness)
+    register(TinyAgentHarness)
