@@ -56,7 +56,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("agentrl.adapters", "agentrl.harnesses", "agentrl.graders"),
     ("agentrl.rollout", "agentrl.preflight"),
     ("agentrl.view",),
-    ("agentrl.slime", "agentrl.verl", "agentrl.cli"),
+    ("agentrl.slime", "agentrl.verl", "agentrl.trl", "agentrl.cli"),
     ("agentrl.testing",),
     ("agentrl",),
 )
