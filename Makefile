@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch from PyPI defaults to a multi-GB CUDA build; the CPU wheel is what tests need.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv deps demo-deps system-deps clis vllm verl-deps demo test test-sglang bench lint clean
+.PHONY: venv deps demo-deps system-deps clis vllm verl-deps trl-deps demo learn test test-sglang bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,8 +40,20 @@ vllm: demo-deps
 demo: system-deps demo-deps clis
 	$(BIN)/agentrl demo
 
-test: system-deps demo-deps clis vllm verl-deps
+test: system-deps demo-deps clis vllm verl-deps trl-deps
 	$(BIN)/python -m pytest -q
+
+# TRL for agentrl.trl and tests/trl: into this venv it adds trl alone (its other requirements,
+# the CPU torch, transformers, accelerate and datasets, are already here; checked with --dry-run).
+TRL_PIN ?= trl==1.16.0
+trl-deps: deps
+	$(BIN)/pip install -q $(TRL_PIN)
+
+# GRPO with TRL through real agentrl rollouts on this CPU: the tiny agent in bubblewrap, the
+# demo model (converted once into .cache/models), a line per step, a PNG and a run directory
+# for `agentrl view` under runs/learn. Exits 1, saying so, when the goal is not reached.
+learn: system-deps demo-deps trl-deps
+	$(BIN)/python -m agentrl.trl.learn --model "$$(bash scripts/vllm.sh model | tail -1)" --out runs/learn
 
 # verl (the trainer agentrl.verl plugs into), for tests/verl: its agent-loop code paths run on
 # CPU. `pip install verl` into this venv would downgrade transformers, packaging and
