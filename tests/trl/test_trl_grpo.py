@@ -14,9 +14,11 @@ from agentrl.trl.tasks import learn_rows
 
 pytestmark = pytest.mark.timeout(600)
 
-#: TRL's recomputed log-prob of a sampled token vs the engine's (float32, CPU): the engine
-#: decodes with a KV cache and batched, left-padded prompts; TRL runs one forward pass.
-LOGPROB_TOLERANCE = 2e-3
+#: TRL's recomputed log-prob of a sampled token vs the engine's, both float32 on CPU (the
+#: engine decodes with a KV cache and batched, left-padded prompts; TRL runs one forward
+#: pass): 3e-5 seen. GRPOConfig's default bf16=True autocasts both sides to bfloat16 and
+#: gives differences up to 0.65, which is why the run sets bf16=False.
+LOGPROB_TOLERANCE = 1e-3
 
 
 def _rows(root):
@@ -74,6 +76,7 @@ def grpo_run(trl_module, demo_model, tmp_path_factory):
     args = GRPOConfig(
         output_dir=str(root / "trainer"),
         use_cpu=True,
+        bf16=False,
         per_device_train_batch_size=8,
         num_generations=4,
         max_completion_length=24,

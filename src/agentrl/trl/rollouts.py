@@ -118,6 +118,14 @@ class AgentrlRollouts:
         from agentrl.rollout.stack import Stack, StackOptions
 
         o = self.options
+        args = trainer.args
+        if getattr(args, "bf16", False) or getattr(args, "fp16", False):
+            logger.warning(
+                "agentrl.trl: the trainer autocasts to %s (GRPOConfig's default bf16=True), so "
+                "its log-probs of the sampled tokens differ from the engine's (up to 0.65 nat "
+                "seen on SmolLM2-135M); pass bf16=False for float32 on-policy training on CPU",
+                "bfloat16" if getattr(args, "bf16", False) else "float16",
+            )
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = o.tokenizer or str(getattr(model, "name_or_path", "") or "")
         if not tokenizer:
