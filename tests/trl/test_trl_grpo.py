@@ -205,7 +205,8 @@ def test_rewards_are_the_graders_and_agreeing_groups_give_no_gradient(grpo_run):
 
 
 def test_the_run_directory_holds_every_rollout(grpo_run, tmp_path):
-    """The runner wrote each step's rollouts (keys unique across steps) for ``agentrl view``."""
+    """The runner wrote each step's rollouts (keys unique across steps), and ``agentrl view``
+    renders them."""
     import pathlib
 
     trainer = grpo_run["trainer"]
@@ -214,3 +215,12 @@ def test_the_run_directory_holds_every_rollout(grpo_run, tmp_path):
     assert len(rows) == 16 and len({r["key"] for r in rows}) == 16
     samples = (run / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 16
+    from click.testing import CliRunner
+
+    from agentrl.cli import cli
+
+    page = tmp_path / "view.html"
+    shown = CliRunner().invoke(cli, ["view", str(run), "--html", str(page)])
+    assert shown.exit_code == 0, shown.output
+    assert "(16 rollouts)" in shown.output
+    assert "write-any-file" in page.read_text()
