@@ -63,3 +63,15 @@ def test_streamed_events_end_as_each_protocol_ends_them():
         "openai_chat": "[DONE]",
         "openai_responses": "response.completed",
     }
+
+
+def test_the_public_import_paths_stay():
+    """Users' and plugins' imports keep working after the split: ``agentrl.adapters.Middleware``
+    is the server in ``agentrl.serve``, and the contract is where plugins import it from."""
+    import agentrl
+    from agentrl.adapters import Middleware
+    from agentrl.adapters.base import Adapter
+    from agentrl.serve.middleware import Middleware as Served
+
+    assert Middleware is Served
+    assert agentrl.Adapter is Adapter
