@@ -86,6 +86,62 @@ def test_encode_ids_without_numpy(monkeypatch):
     assert json.loads(fast) == list(ids)
 
 
+@given(
+    st.lists(st.integers(0, 2**32 - 1), max_size=40),
+    st.lists(
+        st.tuples(st.integers(0, 45), st.lists(st.integers(0, 2**32 - 1), max_size=8)),
+        max_size=6,
+    ),
+)
+def test_ids_text_is_always_encode_ids(first, steps):
+    """Whatever each call sends (an extension, the same ids, a shorter or diverging
+    sequence), the text is exactly encode_ids' text; extensions reuse the previous one."""
+    cache = jsonio.IdsText()
+    ids = array("I", first)
+    assert cache.encode("s", ids) == jsonio.encode_ids(ids)
+    for keep, tail in steps:
+        ids = array("I", [*ids[:keep], *tail])
+        assert cache.encode("s", ids) == jsonio.encode_ids(ids)
+
+
+def test_ids_text_reuses_only_a_prefix_it_holds_a_copy_of():
+    """An extension reuses the previous text; changing the sent array in place afterwards,
+    another typecode, a list or no key never serve a stale text."""
+    cache = jsonio.IdsText()
+    ids = array("I", range(1000))
+    assert cache.encode("s", ids) == jsonio.encode_ids(ids)
+    longer = array("I", [*range(1000), 7, 8])
+    assert cache.encode("s", longer) == jsonio.encode_ids(longer)
+    assert cache.reused == 1000
+    longer[3] = 99  # the caller's array changed in place: the copy, not the array, counts
+    assert cache.encode("s", longer) == jsonio.encode_ids(longer)
+    assert cache.reused == 1000
+    assert cache.encode("s", array("Q", longer)) == jsonio.encode_ids(longer)
+    assert cache.encode("s", list(longer)) == jsonio.encode_ids(longer)
+    assert cache.encode(None, longer) == jsonio.encode_ids(longer)
+    assert cache.encode("other", array("I")) == b"[]"
+    assert cache.encode("other", array("I", [5])) == b"[5]"
+
+
+def test_ids_text_holds_at_most_its_budget():
+    """Entries past the byte budget drop the least recently used; forget drops one."""
+    one = array("I", range(100))
+    size = len(one) * one.itemsize + len(jsonio.encode_ids(one))
+    cache = jsonio.IdsText(budget_bytes=2 * size + 64)
+    for key in ("a", "b", "c"):
+        cache.encode(key, one)
+    assert cache.held_bytes == 2 * size
+    cache.encode("a", array("I", [*one, 1]))  # "a" was dropped ("b" now is): encoded whole
+    assert cache.reused == 0
+    cache.encode("c", array("I", [*one, 1]))
+    assert cache.reused == 100
+    cache.forget("c")
+    cache.forget("c")
+    assert cache.held_bytes == size + 4 + len(b",1")
+    none = jsonio.IdsText(budget_bytes=0)
+    assert none.encode("a", one) == jsonio.encode_ids(one) and none.held_bytes == 0
+
+
 @pytest.mark.parametrize(
     ("line", "column"),
     [

@@ -17,6 +17,7 @@ Public API::
     dumps(value, *, default=None) -> bytes     # compact UTF-8
     dumps_text(value) -> str           # the same, as text
     encode_ids(ids) -> bytes           # a JSON array of token ids (list, tuple, array('I'))
+    IdsText(budget_bytes).encode(key, ids) -> bytes   # the same, reusing key's previous text
     loads_line(line) -> Any            # one JSONL line; JSONLineError carries the real column
 """
 
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 __all__ = [
+    "IdsText",
     "JSONDecodeError",
     "JSONLineError",
     "dumps",
@@ -149,3 +152,58 @@ def _numpy_view(ids: array) -> Any:
     if _numpy is False:
         return None
     return _numpy.frombuffer(ids, dtype=f"u{ids.itemsize}")
+
+
+class IdsText:
+    """:func:`encode_ids` that reuses the text of each key's previous ids when they are a
+    prefix of the new ones (a spliced prompt is the previous prompt, its output and a seam).
+
+    Each key keeps a copy of the last ids it encoded and their text; ``encode(key, ids)``
+    compares the new ids' head with that copy (a ``memcmp``), and on a match writes only
+    the new tail. Anything else (another key, a shorter or different sequence, a list)
+    is encoded whole, so the text is always exactly ``encode_ids(ids)``. The entries use
+    at most ``budget_bytes`` (least recently used ones are dropped; 0 keeps none).
+    """
+
+    def __init__(self, budget_bytes: int = 64 * 1024 * 1024) -> None:
+        self.budget_bytes = int(budget_bytes)
+        self.held_bytes = 0
+        self.reused = 0
+        self._entries: OrderedDict[Any, tuple[array, bytes]] = OrderedDict()
+
+    def encode(self, key: Any, ids: Sequence[int]) -> bytes:
+        """``encode_ids(ids)``, from ``key``'s previous text where ``ids`` extend it."""
+        if key is None or type(ids) is not array or ids.typecode not in "ILQ":
+            return encode_ids(ids)
+        entry = self._entries.pop(key, None)
+        text = None
+        if entry is not None:
+            copy, previous = entry
+            self.held_bytes -= _entry_bytes(entry)
+            size = len(copy)
+            if size and copy.typecode == ids.typecode and len(ids) >= size and ids[:size] == copy:
+                self.reused += size
+                if len(ids) == size:
+                    text = previous
+                else:
+                    tail = encode_ids(ids[size:])
+                    text = b"".join((memoryview(previous)[:-1], b",", memoryview(tail)[1:]))
+        if text is None:
+            text = encode_ids(ids)
+        entry = (array(ids.typecode, ids), text)
+        if _entry_bytes(entry) <= self.budget_bytes:
+            self._entries[key] = entry
+            self.held_bytes += _entry_bytes(entry)
+            while self.held_bytes > self.budget_bytes:
+                self.held_bytes -= _entry_bytes(self._entries.popitem(last=False)[1])
+        return text
+
+    def forget(self, key: Any) -> None:
+        """Drop ``key``'s entry (a finished session)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.held_bytes -= _entry_bytes(entry)
+
+
+def _entry_bytes(entry: tuple[array, bytes]) -> int:
+    return len(entry[0]) * entry[0].itemsize + len(entry[1])

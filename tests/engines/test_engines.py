@@ -72,6 +72,21 @@ async def test_array_ids_are_sent_as_the_same_json_array(client, scripted_engine
     assert request.headers["Content-Type"] == "application/json"
 
 
+async def test_a_session_prompt_that_grows_is_sent_whole_each_time(client, scripted_engine):
+    """With a routing key, each prompt extending the previous one still reaches SGLang
+    as its own whole JSON array (only the text of its new ids is written)."""
+    from array import array
+
+    prompts = [array("I", range(500)), array("I", [*range(500), 9, 9]), array("I", [1, 2])]
+    for ids in prompts:
+        scripted_engine.queue(ids=[5], eos=False)
+        await client.generate(ids, {"max_new_tokens": 4}, routing_key="s")
+    assert [r.body["input_ids"] for r in scripted_engine.generate_requests] == [
+        list(ids) for ids in prompts
+    ]
+    assert client.ids_text.reused == 500
+
+
 def test_generate_payload_is_one_json_object():
     """generate_payload writes the four fields SGLang reads, whatever sequence holds the ids."""
     from agentrl.engines.sglang import generate_payload

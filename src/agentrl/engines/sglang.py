@@ -5,7 +5,8 @@ Public API::
     engine = SGLangEngine.from_options(options, url=url)   # how every command builds it
     engine = SGLangEngine(url, *, sock_read_timeout=900.0, total_timeout=None,
                           abort_timeout=5.0, default_sampling=None, headers=None,
-                          max_connections=0, health_path="/health", health_timeout=5.0)
+                          max_connections=0, health_path="/health", health_timeout=5.0,
+                          ids_text_bytes=64 MiB)
     await engine.generate(input_ids, sampling_params, *, rid=None, routing_key=None) -> Generation
     await engine.health()        # GET /health (or /health_generate); EngineError unless 200
     await engine.abort(rid)      # POST /abort_request {"rid": rid}; never raises
@@ -20,6 +21,11 @@ affinity). The reply's ``meta_info.output_token_logprobs`` entries are
 ``Generation.finish_reason`` (``stop`` when absent). ``Generation.meta`` carries ``rid``,
 ``prompt_tokens``, ``cached_tokens``, ``weight_version``, ``matched_stop`` and
 ``latency_s`` where known.
+
+The ``input_ids`` text of each ``routing_key``'s last call is kept (up to
+``ids_text_bytes`` in all, least recently used dropped): a spliced prompt extends the
+previous one, so only its new ids are written (:class:`agentrl.jsonio.IdsText`; the text
+is always exactly what :func:`~agentrl.jsonio.encode_ids` writes).
 
 Cancelling ``generate`` (the client went away), a timeout or a connection error sends
 ``/abort_request`` for its ``rid`` so the server stops decoding. HTTP errors, connection
@@ -72,12 +78,16 @@ def generate_payload(
     Python ``int`` per id) and spliced in as bytes, so the ~130k ids of a 128k prompt cost
     well under a millisecond instead of a ``json.dumps`` of a list (~7 ms).
     """
+    return _payload(rid, jsonio.encode_ids(input_ids), sampling_params)
+
+
+def _payload(rid: str, ids_text: bytes, sampling_params: Mapping[str, Any]) -> bytes:
     return b"".join(
         (
             b'{"rid":',
             jsonio.dumps(rid),
             b',"input_ids":',
-            jsonio.encode_ids(input_ids),
+            ids_text,
             b',"sampling_params":',
             jsonio.dumps(dict(sampling_params)),
             b',"return_logprob":true}',
@@ -104,6 +114,7 @@ class SGLangEngine(Engine):
         max_connections: int = 0,
         health_path: str = "/health",
         health_timeout: float = 5.0,
+        ids_text_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(
@@ -123,6 +134,9 @@ class SGLangEngine(Engine):
         self.health_path = health_path
         self.health_timeout = health_timeout
         self._session: aiohttp.ClientSession | None = None
+        #: Each routing key's last ``input_ids`` text: a spliced prompt extends the previous
+        #: one, so only its new ids are written (:class:`agentrl.jsonio.IdsText`).
+        self.ids_text = jsonio.IdsText(ids_text_bytes)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -142,7 +156,8 @@ class SGLangEngine(Engine):
     ) -> Generation:
         """POST /generate and return exactly what was sampled."""
         rid = rid or uuid.uuid4().hex
-        payload = generate_payload(rid, input_ids, {**self.default_sampling, **sampling_params})
+        ids_text = self.ids_text.encode(routing_key or None, input_ids)
+        payload = _payload(rid, ids_text, {**self.default_sampling, **sampling_params})
         headers = _JSON_HEADERS
         if routing_key:
             headers = {**_JSON_HEADERS, "X-SMG-Routing-Key": routing_key}
