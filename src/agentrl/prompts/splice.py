@@ -385,7 +385,12 @@ class Splicer:
         prompt = RenderedPrompt(
             text=seam, ids=prompt_ids, reused_tokens=reused, tokenized_chars=len(seam)
         )
-        return attrs.evolve(plan, prompt=prompt, base=base, seam_ids=seam_ids)
+        # The recorded conversation takes the base's messages for the replayed part, so the
+        # plan keeps only the request's new ones: the rest of the request dies now, not
+        # after the engine call (fewer young objects for the collector to scan).
+        kept = len(base.conversation)
+        request = [None] * kept + list(messages[kept:]) if kept else messages
+        return attrs.evolve(plan, prompt=prompt, base=base, seam_ids=seam_ids, messages=request)
 
     def _encode(self, text: str) -> array:
         """``text``'s ids, cut at its added-token boundaries (no offsets), or whole."""

@@ -409,7 +409,9 @@ class Middleware:
     async def _turn(self, adapter: Adapter, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         session = self._sessions.authenticate(request.headers)
-        chat = await self._read_chat(adapter, request, session)
+        # Held in a list and popped into the turn: no local keeps the request's messages
+        # alive through the engine call once the turn has let them go.
+        chat = [await self._read_chat(adapter, request, session)]
         task = asyncio.current_task()
         async with session.lock:
             if session.closed:
@@ -428,7 +430,7 @@ class Middleware:
                 session.inflight.add(task)
             try:
                 return await self.turns.run(
-                    adapter, request, session, chat, index=turn_index, started=started
+                    adapter, request, session, chat.pop(), index=turn_index, started=started
                 )
             except BaseException as exc:
                 if session.turns_recorded == recorded and not _infra_failure(exc):

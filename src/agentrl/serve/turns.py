@@ -151,6 +151,7 @@ class TurnPipeline:
         turn = Turn(
             pipeline=self, adapter=adapter, session=session, chat=chat, index=index, started=started
         )
+        del chat  # the turn holds it, and lets the request's messages go once it is spliced
         return await turn.run(request)
 
     def prompt_length(self, session: Session, chat: ChatRequest) -> int:
