@@ -226,7 +226,8 @@ class TrajectoryManager:
                 )
         roles = []
         for position, message in enumerate(prompt_messages):
-            if not isinstance(message, Mapping):
+            # ``type() is dict`` first: the ABC check costs more than the rest of the loop.
+            if type(message) is not dict and not isinstance(message, Mapping):
                 raise ValueError(
                     f"{where}: prompt_messages[{position}] must be a dict, "
                     f"got {type(message).__name__}"

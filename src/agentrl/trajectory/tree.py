@@ -282,8 +282,8 @@ class SessionTree:
     def _descend(self, keys: list[bytes]) -> tuple[MessageNode, int]:
         node = self.root
         depth = 0
-        while depth < len(keys):
-            child = node.find(keys[depth])
+        for key in keys:  # ``by_key.get`` inline: one lookup per message of the prompt
+            child = node.by_key.get(key)
             if child is None:
                 break
             node = child
