@@ -47,7 +47,8 @@ def plot_curve(
         y = xy(0, target)[1]
         for x in range(left, right, 12):
             draw.line((x, y, min(x + 6, right), y), fill=(200, 0, 0))
-        draw.text((right - 90, y - 14), f"goal {target:.0%}", fill=(200, 0, 0))
+        # At the left, where a learning curve is still low: it does not cover the curve.
+        draw.text((left + 8, y - 14), f"goal {target:.0%}", fill=(200, 0, 0))
     points = [xy(i, v) for i, v in enumerate(success)]
     if len(points) > 1:
         draw.line(points, fill=(0, 90, 200), width=3)
