@@ -235,7 +235,11 @@ async def test_sharded_front_refuses_as_the_middleware_does(
                 status, headers, body = await asyncio.to_thread(client.response)
             finally:
                 client.close()
-            assert status == 413 and str(cap) in error_message("anthropic", json.loads(body))
+            assert status == 413, (status, body)
+            message = error_message("anthropic", json.loads(body))
+            # The worker's answer names the cap; the front's own (the upload's reset beat the
+            # worker's answer to it) says the cap was reached.
+            assert str(cap) in message or "body cap was reached" in message, message
             assert sent < cap + IN_FLIGHT, f"the front took {sent} bytes past a cap of {cap}"
 
             client = RawClient(sm.url)
@@ -279,3 +283,45 @@ async def test_sharded_front_refuses_as_the_middleware_does(
             assert headers.get("connection", "keep-alive").lower() != "close"
         finally:
             await sm.close()
+
+
+async def test_front_answers_413_when_a_live_worker_cuts_an_upload_short():
+    """The race a refusal can lose: the worker stops reading a body and closes before its
+    answer reaches the front (here it never answers). The worker is alive, so the client
+    gets a 413 in the protocol's error shape, not a 502 saying the worker is gone."""
+    import aiohttp
+    from aiohttp import web
+
+    from agentrl.serve.shard_proxy import front_app
+
+    async def cut_short(reader, writer):
+        await reader.read(1 << 16)  # the head and the start of the body, then hang up
+        writer.transport.abort()
+
+    worker = await asyncio.start_server(cut_short, "127.0.0.1", 0)
+    port = worker.sockets[0].getsockname()[1]
+    session = aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}")
+
+    async def route(headers):
+        return session, headers, True
+
+    runner = web.AppRunner(front_app(route))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    front = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+
+        async def body():
+            for _ in range(256):
+                yield b" " * (1 << 16)
+
+        async with aiohttp.ClientSession() as client:
+            async with client.post(front + PATHS["anthropic"], data=body()) as reply:
+                assert reply.status == 413
+                assert "body cap was reached" in error_message("anthropic", await reply.json())
+    finally:
+        await runner.cleanup()
+        await session.close()
+        worker.close()
+        await worker.wait_closed()

@@ -11,7 +11,9 @@ without its body, so the 401 / 403 is the middleware's own, in the client's erro
 and no byte of a body nobody will read is moved. A worker that is gone answers 502 (a JSON
 error body Anthropic and OpenAI clients both read), at once. Whenever the worker answers
 before the client's body is all read (a refusal), the front ends the client's connection
-after the answer rather than reading the rest (``limits.SERVER_ARGS`` for its server).
+after the answer rather than reading the rest (``limits.SERVER_ARGS`` for its server). A
+refusal's answer can lose the race with the reset of the upload it cut short; when the
+worker is still alive, the front then answers the 413 itself.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aiohttp import hdrs, web
 
 from agentrl.serve.probes import refused_unread
 
-__all__ = ["HOP_BY_HOP", "Route", "front_app", "gone"]
+__all__ = ["HOP_BY_HOP", "Route", "front_app", "gone", "too_large"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +71,17 @@ def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
         headers = [(k, v) for k, v in sent.items() if k.lower() not in HOP_BY_HOP]
         if not with_body:
             headers = [(k, v) for k, v in headers if k.lower() != hdrs.CONTENT_LENGTH.lower()]
-        body = _body(request, read_chunk) if with_body and request.body_exists else None
+        progress = _Progress()
+        body = _body(request, read_chunk, progress) if with_body and request.body_exists else None
         try:
             upstream = await client.request(
                 request.method, request.rel_url, headers=headers, data=body
             )
         except aiohttp.ClientError as exc:
+            if progress.started and not progress.done and (await route(request.headers))[0]:
+                # The live worker stopped reading mid-body: it refused the body (over the
+                # session's cap) and closed, and the upload's reset beat its answer here.
+                return refused_unread(request, too_large())
             reason = f"the agentrl middleware worker for this session is gone ({exc})"
             return refused_unread(request, gone(reason))
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -102,9 +109,27 @@ def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
     return app
 
 
-async def _body(request: web.Request, size: int) -> Any:
+class _Progress:
+    """How far a forwarded body got: a chunk taken by the worker's connection, or all of it."""
+
+    started = False
+    done = False
+
+
+def too_large() -> web.Response:
+    """The 413 for a body the worker stopped reading (its own answer was lost to the reset)."""
+    message = "request body too large: the session's body cap was reached before its end"
+    return web.json_response(
+        {"type": "error", "error": {"type": "request_too_large", "message": message}},
+        status=413,
+    )
+
+
+async def _body(request: web.Request, size: int, progress: _Progress) -> Any:
     while True:
         chunk = await request.content.readany()
         if not chunk:
+            progress.done = True
             return
+        progress.started = True
         yield chunk

@@ -52,10 +52,10 @@ print("edited", edit["path"])
 
 
 @attrs.define(kw_only=True)
-class TinyAgentHarness(Harness):
-    """``python3 {state_dir}/tiny_agent.py PROMPT``, python3 being the image's."""
+class OneEditAgentHarness(Harness):
+    """``python3 {state_dir}/one_edit_agent.py PROMPT``, python3 being the image's."""
 
-    name: ClassVar[str] = "tiny_agent"
+    name: ClassVar[str] = "one_edit_agent"
     protocol: ClassVar[str] = "openai_chat"
     binary: ClassVar[str] = "python3"
     install_kind: ClassVar[str] = "image"
@@ -63,7 +63,7 @@ class TinyAgentHarness(Harness):
 
     @property
     def script(self) -> str:
-        return f"{self.state_dir}/tiny_agent.py"
+        return f"{self.state_dir}/one_edit_agent.py"
 
     def config_files(self, ctx: HarnessContext) -> dict[str, str]:
         return {self.script: AGENT}
@@ -75,12 +75,12 @@ class TinyAgentHarness(Harness):
         return {"TINY_AGENT_BASE_URL": ctx.base_url.rstrip("/"), "TINY_AGENT_KEY": ctx.api_key}
 
 
-class TinyAgentPlugin:
+class OneEditAgentPlugin:
     """The plugin module a third party would ship (registered in-process here)."""
 
     @hookimpl
     def register_harnesses(self, register):
-        register(TinyAgentHarness)
+        register(OneEditAgentHarness)
 
 
 def read_outputs(out: pathlib.Path) -> tuple[dict, str, str, list[dict]]:
@@ -93,18 +93,23 @@ def read_outputs(out: pathlib.Path) -> tuple[dict, str, str, list[dict]]:
 
 
 @pytest.fixture
-def tiny_agent_plugin():
+def one_edit_agent_plugin():
     registry = PluginRegistry(load_entrypoints=False, disabled=())
-    registry.pm.register(TinyAgentPlugin(), name="tiny-agent")
+    registry.pm.register(OneEditAgentPlugin(), name="one-edit-agent")
     previous = plugins.reset_registry(registry)
     yield
     plugins.reset_registry(previous)
 
 
 async def test_a_python_agent_from_the_image_solves_the_example_task_in_docker(
-    tiny_agent_plugin, docker_options, scripted_engine, qwen_tokenizer_dir, tmp_path, monkeypatch
+    one_edit_agent_plugin,
+    docker_options,
+    scripted_engine,
+    qwen_tokenizer_dir,
+    tmp_path,
+    monkeypatch,
 ):
-    """``agentrl rollout --harness tiny_agent --sandbox docker`` with no --cli-dir and no CLI
+    """``agentrl rollout --harness one_edit_agent --sandbox docker`` with no --cli-dir and no CLI
     install anywhere: the image's python3 runs the script, one chat turn edits the file,
     reward 1.0, and the one sample trains exactly the sampled tokens."""
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
@@ -118,7 +123,7 @@ async def test_a_python_agent_from_the_image_solves_the_example_task_in_docker(
         "rollout",
         str(example_task_file(tmp_path)),
         "--harness",
-        "tiny_agent",
+        "one_edit_agent",
         "--sandbox",
         "docker",
         "--sandbox-options",
