@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -22,9 +22,6 @@ from agentrl.adapters.base import ProtocolError
 from agentrl.prompts.builders import PromptState
 from agentrl.prompts.keys import exact_key, loose_key, same_exact_key, stripped
 from agentrl.types import TurnFact
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "CLOSED_TOKENS_KEPT",
