@@ -54,11 +54,16 @@ HOP_BY_HOP = frozenset(
 Route = Callable[[Any], Awaitable[tuple[aiohttp.ClientSession | None, Any, bool]]]
 
 
-def gone(reason: str) -> web.Response:
-    """The 502 for a request whose worker is gone (an error shape every client reads)."""
+def _front_error(status: int, kind: str, message: str) -> web.Response:
+    """An error the front answers itself, in a shape Anthropic and OpenAI clients both read."""
     return web.json_response(
-        {"type": "error", "error": {"type": "api_error", "message": reason}}, status=502
+        {"type": "error", "error": {"type": kind, "message": message}}, status=status
     )
+
+
+def gone(reason: str) -> web.Response:
+    """The 502 for a request whose worker is gone."""
+    return _front_error(502, "api_error", reason)
 
 
 def front_app(route: Route, read_chunk: int = 1 << 20) -> web.Application:
@@ -119,10 +124,7 @@ class _Progress:
 def too_large() -> web.Response:
     """The 413 for a body the worker stopped reading (its own answer was lost to the reset)."""
     message = "request body too large: the session's body cap was reached before its end"
-    return web.json_response(
-        {"type": "error", "error": {"type": "request_too_large", "message": message}},
-        status=413,
-    )
+    return _front_error(413, "request_too_large", message)
 
 
 async def _body(request: web.Request, size: int, progress: _Progress) -> Any:
