@@ -224,7 +224,6 @@ async def test_an_engine_abort_mid_generation_is_continued_invisibly(stack, vllm
     middleware, engine, http = stack
     token = _open(middleware, "aborted", max_new_tokens=400, ignore_eos=True)
     body = {"model": "m", "messages": [{"role": "user", "content": "Count to a thousand."}]}
-    before = await _generated(vllm_server.url)
     reply = asyncio.create_task(
         http.post(
             f"{middleware.url}/v1/chat/completions",
@@ -232,12 +231,8 @@ async def test_an_engine_abort_mid_generation_is_continued_invisibly(stack, vllm
             headers={"Authorization": f"Bearer {token}"},
         )
     )
-    deadline = asyncio.get_running_loop().time() + 60
-    while not engine._inflight or (await _generated(vllm_server.url)) - before < 16:
-        assert asyncio.get_running_loop().time() < deadline, "the turn never started decoding"
-        await asyncio.sleep(0.05)
-    (rid,) = engine._inflight
-    await engine.abort(rid)
+    rid = await _decoding(engine, vllm_server.url, reply, tokens=16)
+    await engine.abort(rid)  # reads the rid's server before its first await: no gap
     async with await asyncio.wait_for(reply, 120) as response:
         assert response.status == 200, await response.text()
         answer = await response.json()
@@ -255,6 +250,29 @@ async def test_an_engine_abort_mid_generation_is_continued_invisibly(stack, vllm
     (metadata,) = sample.metadata["turn_metadata"].values()
     assert metadata["engine_resumes"][0]["at"] == len(first.output_ids)
     assert metadata["engine_resumes"][0]["weight_version"] == "default"
+
+
+async def _decoding(engine: RecordingVLLM, url: str, reply: asyncio.Task, *, tokens: int) -> str:
+    """The rid of the engine request in flight once the server has generated ``tokens`` more
+    tokens while that same request was in flight. The rid is read after the metrics request
+    returns, so a request that ended during it is never the one returned; a reply that came
+    back before the abort fails here with what it said."""
+    deadline = asyncio.get_running_loop().time() + 60
+    seen, start = None, 0.0
+    while True:
+        if reply.done():
+            response = reply.result()
+            pytest.fail(
+                f"the turn ended before the abort: {response.status} {await response.text()}"
+            )
+        generated = await _generated(url)
+        current = next(iter(engine._inflight), None)
+        if current is None or current != seen:
+            seen, start = current, generated
+        elif generated - start >= tokens:
+            return current
+        assert asyncio.get_running_loop().time() < deadline, "the turn never started decoding"
+        await asyncio.sleep(0.05)
 
 
 async def _generated(url: str) -> float:
