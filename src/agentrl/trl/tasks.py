@@ -1,4 +1,4 @@
-"""The ``write-file`` task family: "create file NAME containing TEXT", graded by ``eval_cmd``.
+"""The ``write-file`` task family: create a file with an exact text, graded by ``eval_cmd``.
 
 Rows are generated from a seed (``learn_rows(count, seed)``) in the ``scaleswe`` row shape:
 the repository is a one-file directory (``task_repo``), the prompt names a file and its
@@ -6,7 +6,13 @@ exact text, and the grader's own command decides, in a fresh sandbox that receiv
 the agent's diff: solved iff the file exists and its text (trailing newlines aside) is
 exactly the one asked for. Nothing the agent prints reaches the grader. It is the task a
 135M model turns in about a second through the ``tiny_agent`` harness, solved some of the
-time at first, so GRPO has a signal from the first step.
+time at first, so GRPO has a signal from its first steps.
+
+The prompt's form decides the base rate. SmolLM2-135M-Instruct with the harness's default
+instruction, temperature 0.7, 40 tokens, 512 samples over 32 tasks (served by vLLM,
+``/v1/chat/completions``): "Create the file NAME containing exactly this text: TEXT"
+was solved 0.4–0.6% of the time; the field form used here ("Create this file:" then
+``path:`` and ``content:`` lines) 4.1–6.4%.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ def task_repo(root: str | pathlib.Path) -> pathlib.Path:
 
 
 def _row(index: int, name: str, text: str, repo: pathlib.Path) -> dict[str, Any]:
-    prompt = f"Create the file {name} containing exactly this text: {text}"
+    prompt = f"Create this file:\npath: {name}\ncontent: {text}"
     check = (
         f'test -f {shlex.quote(name)} && test "$(cat {shlex.quote(name)})" = {shlex.quote(text)}'
     )
