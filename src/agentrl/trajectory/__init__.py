@@ -15,7 +15,13 @@ use it.
 from __future__ import annotations
 
 from agentrl.trajectory.linearize import DriftKind
-from agentrl.trajectory.manager import SessionStats, TrainingSample, TrajectoryManager, TurnRecord
+from agentrl.trajectory.manager import (
+    SessionStats,
+    TrainingSample,
+    TrajectoryManager,
+    TurnRecord,
+    main_chain,
+)
 from agentrl.trajectory.tokens import common_prefix_length
 from agentrl.trajectory.tree import message_key
 
@@ -26,5 +32,6 @@ __all__ = [
     "TrajectoryManager",
     "TurnRecord",
     "common_prefix_length",
+    "main_chain",
     "message_key",
 ]

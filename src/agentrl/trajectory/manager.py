@@ -25,7 +25,14 @@ from agentrl.trajectory.linearize import DriftKind, linearize
 from agentrl.trajectory.tokens import to_id_array, to_logprob_array
 from agentrl.trajectory.tree import SessionTree, has_tool_calls
 
-__all__ = ["DriftKind", "SessionStats", "TrainingSample", "TrajectoryManager", "TurnRecord"]
+__all__ = [
+    "DriftKind",
+    "SessionStats",
+    "TrainingSample",
+    "TrajectoryManager",
+    "TurnRecord",
+    "main_chain",
+]
 
 logger = logging.getLogger("agentrl.trajectory")
 
@@ -115,6 +122,17 @@ class TrainingSample:
             "reward": self.reward,
             "metadata": dict(self.metadata),
         }
+
+
+def main_chain(samples: Sequence[TrainingSample]) -> int:
+    """The index of the chain that trains when a trainer takes one sample per rollout (verl,
+    TRL): the one holding the session's last turn, then the one with most trained tokens."""
+
+    def key(k: int) -> tuple[int, int]:
+        turns = samples[k].metadata.get("turns") or (-1,)
+        return (max(turns), sum(samples[k].loss_mask))
+
+    return max(range(len(samples)), key=key)
 
 
 @attrs.frozen(kw_only=True)

@@ -24,9 +24,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl.trajectory import TrainingSample
+from agentrl.trajectory import TrainingSample, main_chain
 
-__all__ = ["ROW_KEYS", "excluded_row", "main_chain", "rollout_row"]
+__all__ = ["ROW_KEYS", "excluded_row", "rollout_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +47,6 @@ ROW_KEYS = (
     "agentrl_truncated",
     "agentrl_error",
 )
-
-
-def main_chain(samples: Sequence[TrainingSample]) -> int:
-    """The index of the chain that trains: the one holding the last turn, then most trained."""
-
-    def key(k: int) -> tuple[int, int]:
-        turns = samples[k].metadata.get("turns") or (-1,)
-        return (max(turns), sum(samples[k].loss_mask))
-
-    return max(range(len(samples)), key=key)
 
 
 def excluded_row(reason: str, *, pad_token_id: int, facts: dict[str, Any]) -> dict[str, Any]:

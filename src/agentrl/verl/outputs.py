@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentrl.trajectory import TrainingSample
+from agentrl.trajectory import TrainingSample, main_chain
 
 __all__ = ["EXTRA_KEYS", "excluded_output", "main_chain", "rollout_output", "split_for_verl"]
 
@@ -58,16 +58,6 @@ def _extra(**values: Any) -> dict[str, Any]:
     extra.update(turn_scores=[], tool_rewards=[], agentrl_chains=0, agentrl_untrained_tokens=0)
     extra.update(values)
     return extra
-
-
-def main_chain(samples: Sequence[TrainingSample]) -> int:
-    """The index of the chain that trains: the one holding the last turn, then most trained."""
-
-    def key(k: int) -> tuple[int, int]:
-        turns = samples[k].metadata.get("turns") or (-1,)
-        return (max(turns), sum(samples[k].loss_mask))
-
-    return max(range(len(samples)), key=key)
 
 
 def split_for_verl(
