@@ -24,17 +24,19 @@ tokens report 0.0. ``from_model`` serves a model already in memory (a trainer's 
 its training mode back, so the tokens come from the weights being trained, with no copy
 and no weight sync. Decoding runs in a worker thread (one request at a time; the model is
 not re-entrant) so the event loop stays free. ``batch_size`` above 1 decodes concurrent
-requests together (``agentrl.engines.transformers_batch``: many rollouts at once on a CPU). torch and transformers load on first use.
+requests together (``agentrl.engines.transformers_batch``: many rollouts at once on a
+CPU). torch and transformers load on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
@@ -86,6 +88,33 @@ class TransformersEngine(Engine):
                 f"transformers engine: {str(path)!r} is not a local model directory (expected "
                 "config.json and weights there; download the model first, nothing is fetched)"
             )
+        self._setup(
+            path,
+            device=device,
+            dtype=dtype,
+            seed=seed,
+            stop_token_ids=stop_token_ids,
+            batch_size=batch_size,
+            batch_wait=batch_wait,
+        )
+
+    def _setup(
+        self,
+        path: Path,
+        *,
+        device: str,
+        dtype: str,
+        seed: int | None,
+        stop_token_ids: Sequence[int] | None,
+        batch_size: int,
+        batch_wait: float,
+    ) -> None:
+        """The engine's state with no model yet (``__init__`` and ``from_model`` both)."""
+        if batch_size < 1 or batch_wait < 0:
+            raise EngineError(
+                f"transformers engine: batch_size must be >= 1 and batch_wait >= 0, got "
+                f"{batch_size} and {batch_wait}"
+            )
         self.model_path = path
         self.device = device
         self.dtype = dtype
@@ -102,17 +131,11 @@ class TransformersEngine(Engine):
         self._load_error: str | None = None
         #: A model handed in by ``from_model`` (borrowed: its training mode is restored).
         self._borrowed = False
-        self._batcher = self._make_batcher(batch_size, batch_wait)
-
-    def _make_batcher(self, batch_size: int, batch_wait: float) -> Batcher | None:
-        if batch_size < 1 or batch_wait < 0:
-            raise EngineError(
-                f"transformers engine: batch_size must be >= 1 and batch_wait >= 0, got "
-                f"{batch_size} and {batch_wait}"
-            )
-        if batch_size == 1:
-            return None
-        return Batcher(run=self._run_batch, batch_size=batch_size, batch_wait=batch_wait)
+        self._batcher = (
+            Batcher(run=self._run_batch, batch_size=batch_size, batch_wait=batch_wait)
+            if batch_size > 1
+            else None
+        )
 
     @classmethod
     def from_model(
@@ -131,18 +154,18 @@ class TransformersEngine(Engine):
         model's.
         """
         engine = cls.__new__(cls)
-        engine.model_path = Path(str(getattr(model, "name_or_path", "") or "."))
-        engine.device = str(next(model.parameters()).device)
-        engine.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        engine.seed = seed
-        engine.extra_stop_ids = tuple(stop_token_ids or ())
-        engine._load_lock = threading.Lock()
-        engine._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-hf")
-        engine._cancelled, engine._running = set(), set()
-        engine._closed, engine._load_error = False, None
+        weights = next(model.parameters())
+        engine._setup(
+            Path(str(getattr(model, "name_or_path", "") or ".")),
+            device=str(weights.device),
+            dtype=str(weights.dtype).removeprefix("torch."),
+            seed=seed,
+            stop_token_ids=stop_token_ids,
+            batch_size=batch_size,
+            batch_wait=batch_wait,
+        )
         engine._adopt(model)
         engine._borrowed = True
-        engine._batcher = engine._make_batcher(batch_size, batch_wait)
         return engine
 
     # -- model -----------------------------------------------------------------
@@ -277,16 +300,10 @@ class TransformersEngine(Engine):
         stop_ids |= set(self._eos_ids)
         pad = getattr(model.generation_config, "pad_token_id", None)
         pad = pad if isinstance(pad, int) else (self._eos_ids or (0,))[0]
-        training = bool(getattr(model, "training", False))
-        if training:
-            model.eval()
-        try:
+        with _eval_mode(model):
             return generate_batch(
                 model, prompts, params, rids, stop_ids=stop_ids, pad_id=pad, device=self.device
             )
-        finally:
-            if training:
-                model.train()
 
     def _generate_sync(self, input_ids: list[int], params: dict[str, Any], rid: str) -> Generation:
         import torch
@@ -310,40 +327,46 @@ class TransformersEngine(Engine):
         output_ids: list[int] = []
         logprobs: list[float] = []
         finish = "length"
-        training = bool(getattr(model, "training", False))
         # A borrowed model's tensors may meet autograd later: no_grad, not inference_mode.
         guard = torch.no_grad() if self._borrowed else torch.inference_mode()
-        if training:
-            model.eval()
-        try:
-            with guard:
-                tokens = torch.tensor([input_ids], device=self.device)
-                past = None
-                for _ in range(max_new):
-                    if rid in self._cancelled:
-                        finish = "abort"
-                        break
-                    out = model(input_ids=tokens, use_cache=True, **{self._cache_arg: past})
-                    past = getattr(out, self._cache_arg, None)
-                    logits = out.logits[0, -1].float()
-                    token, logprob = _sample(
-                        logits, temperature, top_p, top_k, min_p, generator=generator
-                    )
-                    output_ids.append(token)
-                    logprobs.append(logprob)
-                    if token in stop_ids:
-                        finish = "stop"
-                        break
-                    tokens = torch.tensor([[token]], device=self.device)
-        finally:
-            if training:
-                model.train()
+        with _eval_mode(model), guard:
+            tokens = torch.tensor([input_ids], device=self.device)
+            past = None
+            for _ in range(max_new):
+                if rid in self._cancelled:
+                    finish = "abort"
+                    break
+                out = model(input_ids=tokens, use_cache=True, **{self._cache_arg: past})
+                past = getattr(out, self._cache_arg, None)
+                logits = out.logits[0, -1].float()
+                token, logprob = _sample(
+                    logits, temperature, top_p, top_k, min_p, generator=generator
+                )
+                output_ids.append(token)
+                logprobs.append(logprob)
+                if token in stop_ids:
+                    finish = "stop"
+                    break
+                tokens = torch.tensor([[token]], device=self.device)
         return Generation(
             output_ids=output_ids,
             logprobs=logprobs,
             finish_reason=finish,
             meta={"rid": rid, "prompt_tokens": len(input_ids)},
         )
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode for the block; a model found training is put back to it."""
+    training = bool(getattr(model, "training", False))
+    if training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if training:
+            model.train()
 
 
 def _sample(
