@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("learn: trl is not installed (make trl-deps); nothing measured")
         return 1
-    from agentrl.trl.learn import LearnConfig, learn
+    from agentrl.trl.learn import GOAL_WINDOW, LearnConfig, learn
 
     model = (
         subprocess.run(
@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         zip(report["success"], report["seconds_per_step"], strict=True), 1
     ):
         print(f"{step:4d}  {success:12.0%}  {seconds:7.1f}")
-    window = report["success"][-3:]
+    window = report["success"][-GOAL_WINDOW:]
     last = sum(window) / len(window) if window else 0.0
     print(
         goal_line(
-            "learn: exact success, mean of the last 3 steps",
+            f"learn: exact success, mean of the last {GOAL_WINDOW} steps",
             f"{last:.0%}",
             f">= {GOAL_SUCCESS:.0%}",
             report["goal_reached"],
